@@ -1,0 +1,72 @@
+"""Name -> component registries, so that pipelines can be written as YAML/JSON.
+
+Every component family (samplers, scorers, aggregators, policies) owns one :class:`Registry`.
+An implementation registers itself together with its pydantic config class; a config carries
+its registry name in the ``name`` field, so ``registry.build(config)`` or
+``registry.build({"name": "projected_loo", ...})`` rebuilds the component.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+T = TypeVar("T")
+
+
+class ComponentConfig(BaseModel):
+    """Base of every component config: frozen, strict about unknown fields, named."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+
+
+C = TypeVar("C", bound=ComponentConfig)
+
+
+class Registry(Generic[T]):
+    """A family of components, each found by its registry name."""
+
+    def __init__(self, family: str) -> None:
+        self.family = family
+        self._entries: dict[str, tuple[type[ComponentConfig], Callable[[Any], T]]] = {}
+
+    def register(self, name: str, config: type[C]) -> Callable[[type[T]], type[T]]:
+        """Class decorator: register ``cls`` under ``name``; ``cls(config_instance)`` builds it."""
+
+        def decorator(cls: type[T]) -> type[T]:
+            if name in self._entries:
+                raise ValueError(f"{self.family} {name!r} is already registered")
+            self._entries[name] = (config, cls)
+            return cls
+
+        return decorator
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def config_class(self, name: str) -> type[ComponentConfig]:
+        return self._lookup(name)[0]
+
+    def parse(self, spec: ComponentConfig | Mapping[str, Any] | str) -> ComponentConfig:
+        """A validated config from a config object, a mapping with ``name``, or a bare name."""
+        if isinstance(spec, ComponentConfig):
+            self._lookup(spec.name)
+            return spec
+        if isinstance(spec, str):
+            spec = {"name": spec}
+        if "name" not in spec:
+            raise ValueError(f"{self.family} spec needs a 'name'; known: {self.names()}")
+        config_cls, _ = self._lookup(str(spec["name"]))
+        return config_cls.model_validate(dict(spec))
+
+    def build(self, spec: ComponentConfig | Mapping[str, Any] | str) -> T:
+        config = self.parse(spec)
+        return self._lookup(config.name)[1](config)
+
+    def _lookup(self, name: str) -> tuple[type[ComponentConfig], Callable[[Any], T]]:
+        if name not in self._entries:
+            raise ValueError(f"unknown {self.family} {name!r}; known: {self.names()}")
+        return self._entries[name]

@@ -1,0 +1,66 @@
+"""Sampler interface: which queries stand for "the future"?
+
+A sampler decides *what* the future is (greedy, sampled, teacher-forced, or the prompt's
+own last queries); the model work of producing it is done by a :class:`Rollout`, which the
+pipeline implements over a prefilled model. Keeping the two apart lets samplers be tested
+without a model and lets the pipeline batch the M futures in one forward pass per step.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+
+from lorekv.registry import ComponentConfig, Registry
+from lorekv.trajectories import Trajectories
+
+TokenRule = Callable[[torch.Tensor], torch.Tensor]
+"""Maps next-token logits (M, V) to chosen token ids (M,)."""
+
+
+class Rollout(Protocol):
+    """Model-side services a sampler draws on; all start from the prefilled prompt."""
+
+    def decode(self, rule: TokenRule, num_futures: int, num_tokens: int) -> Trajectories:
+        """Extend the prompt M times by T tokens chosen by ``rule``, capturing the queries."""
+        ...
+
+    def teacher_force(self, token_ids: torch.Tensor) -> Trajectories:
+        """Feed the given (M, T) continuations after the prompt, capturing the queries."""
+        ...
+
+    def prompt_window(self, window: int) -> Trajectories:
+        """The queries of the last ``window`` prompt tokens, as captured during prefill."""
+        ...
+
+    def generator(self, seed: int) -> torch.Generator:
+        """A generator on the model's device, seeded with ``seed``."""
+        ...
+
+
+class SamplerConfig(ComponentConfig):
+    """Base config of every sampler."""
+
+
+class Sampler(ABC):
+    """Produces the futures whose queries the scorer will use."""
+
+    config: SamplerConfig
+
+    def __init__(self, config: SamplerConfig) -> None:
+        self.config = config
+
+    @property
+    def prefill_window(self) -> int:
+        """How many trailing prompt queries the prefill must capture for this sampler."""
+        return 0
+
+    @abstractmethod
+    def sample(self, rollout: Rollout) -> Trajectories:
+        """Futures (M, T) with the attention of every evictable layer."""
+
+
+SAMPLERS: Registry[Sampler] = Registry("sampler")

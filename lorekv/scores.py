@@ -1,0 +1,86 @@
+"""Importance scores and the kept-token selection that a policy derives from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Importance of every candidate prompt token, per evictable layer and KV head.
+
+    Attributes:
+        values: (L, G, n) non-negative scores; larger means more important to keep.
+        layer_indices: the model layer index of each of the L rows.
+    """
+
+    values: torch.Tensor
+    layer_indices: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.values.dim() != 3:
+            raise ValueError(f"scores must have shape (L, G, n), got {tuple(self.values.shape)}")
+        if len(self.layer_indices) != self.values.shape[0]:
+            raise ValueError(
+                f"layer_indices has {len(self.layer_indices)} entries for {self.values.shape[0]} score rows"
+            )
+
+    @property
+    def num_layers(self) -> int:
+        return self.values.shape[0]
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.values.shape[1]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.values.shape[2]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which candidate tokens each (layer, KV head) keeps.
+
+    Attributes:
+        indices: ``indices[l][g]`` is a sorted, duplicate-free (k_lg,) long tensor of token
+            positions in ``[0, num_tokens)``.
+        layer_indices: the model layer index of each entry of ``indices``.
+        num_tokens: n, the number of candidates the selection was made from.
+    """
+
+    indices: tuple[tuple[torch.Tensor, ...], ...]
+    layer_indices: tuple[int, ...]
+    num_tokens: int
+
+    def counts(self) -> torch.Tensor:
+        """(L, G) long: kept tokens per layer and KV head."""
+        return torch.tensor([[len(head) for head in layer] for layer in self.indices], dtype=torch.long)
+
+    def padded(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer`` as a rectangle padded to its longest head.
+
+        Returns:
+            indices: (G, K) long, padding slots repeat the head's last kept index (or 0).
+            valid: (G, K) bool, False on padding slots.
+        """
+        heads = self.indices[layer]
+        k = max(len(h) for h in heads)
+        idx = torch.zeros(len(heads), k, dtype=torch.long)
+        valid = torch.zeros(len(heads), k, dtype=torch.bool)
+        for g, head in enumerate(heads):
+            idx[g, : len(head)] = head
+            if 0 < len(head) < k:
+                idx[g, len(head) :] = head[-1]
+            valid[g, : len(head)] = True
+        return idx, valid
+
+    def mask(self) -> torch.Tensor:
+        """(L, G, n) bool: True where a token is kept."""
+        out = torch.zeros(len(self.indices), len(self.indices[0]), self.num_tokens, dtype=torch.bool)
+        for layer, heads in enumerate(self.indices):
+            for g, head in enumerate(heads):
+                out[layer, g, head] = True
+        return out

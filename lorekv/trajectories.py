@@ -1,0 +1,139 @@
+"""What a sampler hands to a scorer: the futures and the attention they were computed with.
+
+Shapes use: M futures, T response tokens per future (or prompt-window queries), H query
+heads, G KV heads (H = G * group), n prompt tokens, R response keys (R = T for sampled or
+teacher-forced futures, 0 for the prompt-window control), d head dim, D hidden size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lorekv.validation import check_shape
+
+
+@dataclass(frozen=True)
+class LayerCapture:
+    """One attention layer as the futures' queries saw it.
+
+    Query ``t`` sits at position ``query_positions[t]`` and attends to every key whose
+    position is ``<=`` its own. Prompt keys have positions ``0..n-1``; response keys of a
+    future have positions ``n..n+R-1``. Keys are post-RoPE, exactly as the kernel saw them.
+
+    Attributes:
+        layer_idx: index of the layer in the model.
+        queries: (M, H, T, d) post-RoPE query states.
+        query_positions: (T,) long, absolute positions of the queries.
+        prompt_keys: (G, n, d) keys of the prompt (shared by all futures).
+        prompt_values: (G, n, d) values of the prompt.
+        response_keys: (M, G, R, d) keys of each future's own tokens.
+        response_values: (M, G, R, d) values of each future's own tokens.
+        o_proj: (D, H*d) output projection weight; columns ``h*d:(h+1)*d`` are W_o^h.
+        scaling: softmax scale applied to q.k (1/sqrt(d) for most models).
+    """
+
+    layer_idx: int
+    queries: torch.Tensor
+    query_positions: torch.Tensor
+    prompt_keys: torch.Tensor
+    prompt_values: torch.Tensor
+    response_keys: torch.Tensor
+    response_values: torch.Tensor
+    o_proj: torch.Tensor
+    scaling: float
+
+    def __post_init__(self) -> None:
+        m, h, t, d = self.queries.shape
+        g, n, _ = self.prompt_keys.shape
+        if g == 0 or h % g != 0:
+            raise ValueError(f"query heads ({h}) must be a multiple of KV heads ({g})")
+        check_shape("query_positions", self.query_positions, (t,))
+        check_shape("prompt_keys", self.prompt_keys, (g, n, d))
+        check_shape("prompt_values", self.prompt_values, (g, n, d))
+        r = self.response_keys.shape[2] if self.response_keys.dim() == 4 else -1
+        check_shape("response_keys", self.response_keys, (m, g, r, d))
+        check_shape("response_values", self.response_values, (m, g, r, d))
+        check_shape("o_proj", self.o_proj, (None, h * d))
+
+    @property
+    def num_futures(self) -> int:
+        return self.queries.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.queries.shape[1]
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.prompt_keys.shape[0]
+
+    @property
+    def group_size(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def prompt_length(self) -> int:
+        return self.prompt_keys.shape[1]
+
+    def keys(self) -> torch.Tensor:
+        """(M, G, n+R, d) every key a future's queries may attend to."""
+        prompt = self.prompt_keys.unsqueeze(0).expand(self.num_futures, -1, -1, -1)
+        return torch.cat([prompt, self.response_keys], dim=2)
+
+    def values(self) -> torch.Tensor:
+        """(M, G, n+R, d) the values matching :meth:`keys`."""
+        prompt = self.prompt_values.unsqueeze(0).expand(self.num_futures, -1, -1, -1)
+        return torch.cat([prompt, self.response_values], dim=2)
+
+    def visible(self) -> torch.Tensor:
+        """(T, n+R) bool: query t may attend to key j (causality by position)."""
+        n, r = self.prompt_length, self.response_keys.shape[2]
+        key_positions = torch.arange(n + r, device=self.query_positions.device)
+        return key_positions.unsqueeze(0) <= self.query_positions.unsqueeze(1)
+
+
+@dataclass(frozen=True)
+class Trajectories:
+    """M futures of T tokens each, with the attention of every evictable layer.
+
+    Attributes:
+        token_ids: (M, T) the futures' tokens (for the prompt-window control: the window's
+            prompt tokens).
+        logprobs: (M, T) log-probability of each token under the model at temperature 1.
+        entropies: (M, T) entropy (nats) of the model's next-token distribution there.
+        layers: one :class:`LayerCapture` per evictable layer, in model order.
+        prompt_length: n, the number of prompt tokens (the eviction candidates are a prefix
+            of them).
+    """
+
+    token_ids: torch.Tensor
+    logprobs: torch.Tensor
+    entropies: torch.Tensor
+    layers: tuple[LayerCapture, ...]
+    prompt_length: int
+
+    def __post_init__(self) -> None:
+        if self.token_ids.dim() != 2 or self.token_ids.shape[0] < 1:
+            raise ValueError(f"token_ids must have shape (M >= 1, T), got {tuple(self.token_ids.shape)}")
+        check_shape("logprobs", self.logprobs, tuple(self.token_ids.shape))
+        check_shape("entropies", self.entropies, tuple(self.token_ids.shape))
+        for layer in self.layers:
+            if layer.num_futures != self.num_futures or layer.prompt_length != self.prompt_length:
+                raise ValueError(
+                    f"layer {layer.layer_idx} holds {layer.num_futures} futures over {layer.prompt_length} "
+                    f"prompt tokens; expected {self.num_futures} over {self.prompt_length}"
+                )
+
+    @property
+    def num_futures(self) -> int:
+        return self.token_ids.shape[0]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.token_ids.shape[1]
+
+    @property
+    def layer_indices(self) -> tuple[int, ...]:
+        return tuple(layer.layer_idx for layer in self.layers)
