@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from pydantic import ValidationInfo, field_validator
+
 from lorekv.registry import ComponentConfig, Registry
 from lorekv.scores import Scores, Selection
+from lorekv.validation import check_int_at_least
 
 
 class PolicyConfig(ComponentConfig):
@@ -18,13 +21,26 @@ class PolicyConfig(ComponentConfig):
 
     Attributes:
         budget: B, kept tokens per KV head on average (>= 1).
-        sink: the first ``sink`` candidates are always kept (StreamingLLM's attention sinks).
-        recent: the last ``recent`` candidates are always kept.
+        sink: the first ``sink`` candidates are always kept (StreamingLLM's attention sinks), >= 0.
+        recent: the last ``recent`` candidates are always kept, >= 0.
+
+    Protected tokens count inside the budget: a head whose budget (below n) is smaller than
+    its protected count min(sink + recent, n) is an error raised by ``select``.
     """
 
     budget: int
     sink: int = 0
     recent: int = 0
+
+    @field_validator("budget")
+    @classmethod
+    def _budget(cls, value: int) -> int:
+        return check_int_at_least("budget", value, 1)
+
+    @field_validator("sink", "recent")
+    @classmethod
+    def _protected(cls, value: int, info: ValidationInfo) -> int:
+        return check_int_at_least(info.field_name, value, 0)
 
 
 class Policy(ABC):

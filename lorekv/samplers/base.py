@@ -29,7 +29,10 @@ class Rollout(Protocol):
         ...
 
     def teacher_force(self, token_ids: torch.Tensor) -> Trajectories:
-        """Feed the given (M, T) continuations after the prompt, capturing the queries."""
+        """Feed the given (M, T) long continuations after the prompt, capturing the queries.
+
+        ``token_ids`` may arrive on the CPU; the rollout moves it to the model's device.
+        """
         ...
 
     def prompt_window(self, window: int) -> Trajectories:
@@ -61,6 +64,18 @@ class Sampler(ABC):
     @abstractmethod
     def sample(self, rollout: Rollout) -> Trajectories:
         """Futures (M, T) with the attention of every evictable layer."""
+
+
+def check_futures(trajectories: Trajectories, num_futures: int, num_tokens: int) -> Trajectories:
+    """Return ``trajectories`` after checking the rollout produced (num_futures, num_tokens).
+
+    Catches a rollout that silently dropped futures or stopped early (e.g. at EOS), which
+    would otherwise change M or T behind the scorer's and aggregator's back.
+    """
+    got = (trajectories.num_futures, trajectories.num_tokens)
+    if got != (num_futures, num_tokens):
+        raise ValueError(f"rollout returned futures of shape {got}, expected ({num_futures}, {num_tokens})")
+    return trajectories
 
 
 SAMPLERS: Registry[Sampler] = Registry("sampler")

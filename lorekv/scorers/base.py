@@ -3,6 +3,7 @@
 A scorer maps each layer's captured attention to per-query token scores s_j(q) of shape
 (M, H, T, n), then reduces them over the T queries of a future (mean or max) and over the
 query heads of each GQA group (mean or max), giving U_m[l, g, j] of shape (M, L, G, n).
+An optional 1-D max pooling over neighbouring prompt tokens (SnapKV's clustering) follows.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ from abc import ABC, abstractmethod
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
+from einops import reduce
+from pydantic import field_validator
 
 from lorekv.registry import ComponentConfig, Registry
 from lorekv.trajectories import LayerCapture, Trajectories
+from lorekv.validation import check_int_at_least
 
 Reduction = Literal["mean", "max"]
 
@@ -24,16 +29,30 @@ class ScorerConfig(ComponentConfig):
     Attributes:
         query_reduction: how the T queries of one future are combined.
         head_reduction: how the query heads of one KV group are combined.
-        pool_kernel: odd width of a 1-D max pooling over neighbouring prompt tokens applied
-            after the reductions (SnapKV's clustering); 1 disables it.
+        pool_kernel: odd width (>= 1) of a 1-D max pooling over neighbouring prompt tokens
+            applied after the reductions (SnapKV's clustering); 1 disables it.
     """
 
     query_reduction: Reduction = "mean"
     head_reduction: Reduction = "mean"
     pool_kernel: int = 1
 
+    @field_validator("pool_kernel")
+    @classmethod
+    def _pool_kernel(cls, value: int) -> int:
+        check_int_at_least("pool_kernel", value, 1)
+        if value % 2 == 0:
+            raise ValueError(f"pool_kernel must be an odd integer >= 1 (1, 3, 5, ...), got {value!r}")
+        return value
+
 
 class Scorer(ABC):
+    """Per-query token scores, reduced to one score per (future, layer, KV head, token).
+
+    Subclasses implement :meth:`query_scores`; :meth:`score` applies the reductions named in
+    the config and is shared by every scorer.
+    """
+
     config: ScorerConfig
 
     def __init__(self, config: ScorerConfig) -> None:
@@ -41,11 +60,49 @@ class Scorer(ABC):
 
     @abstractmethod
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
-        """(M, H, T, n) score of every prompt token for every query of every future."""
+        """(M, H, T, n) float32 score of every prompt token for every query of every future."""
 
     def score(self, trajectories: Trajectories) -> torch.Tensor:
-        """(M, L, G, n) per-future token scores, reduced over queries and group heads."""
-        raise NotImplementedError
+        """(M, L, G, n) float32 per-future token scores U_m[l, g, j].
+
+        Per layer: :meth:`query_scores` (M, H, T, n) -> reduce over the T queries
+        (``query_reduction``) -> (M, H, n) -> reduce over the ``group`` query heads of each KV
+        head (``head_reduction``) -> (M, G, n) -> max pooling over tokens (``pool_kernel``).
+        The layers are stacked in the order of ``trajectories.layers``; with no layers the
+        result has shape (M, 0, 0, n).
+        """
+        per_layer = [self.reduce(self.query_scores(layer), layer.num_kv_heads) for layer in trajectories.layers]
+        if not per_layer:
+            return torch.zeros(trajectories.num_futures, 0, 0, trajectories.prompt_length)
+        return torch.stack(per_layer, dim=1)
+
+    def reduce(self, query_scores: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+        """(M, H, T, n) per-query scores -> (M, G, n) float32 per-KV-head scores.
+
+        Query head h belongs to KV head g = h // group, so the heads of group g are the
+        contiguous block ``g*group .. (g+1)*group - 1``.
+        """
+        scores = query_scores.float()
+        per_head = reduce(scores, "m h t n -> m h n", self.config.query_reduction)
+        per_kv_head = reduce(per_head, "m (g r) n -> m g n", self.config.head_reduction, g=num_kv_heads)
+        return max_pool_tokens(per_kv_head, self.config.pool_kernel)
+
+
+def max_pool_tokens(scores: torch.Tensor, kernel: int) -> torch.Tensor:
+    """Max over a centred window of ``kernel`` (odd) neighbouring tokens, stride 1.
+
+    Args:
+        scores: (..., n) scores along the token axis.
+        kernel: odd window width; 1 returns ``scores`` unchanged.
+
+    Returns:
+        (..., n): entry j is the max of ``scores[..., j-k//2 : j+k//2+1]`` clipped to [0, n).
+    """
+    if kernel == 1:
+        return scores
+    flat = scores.reshape(-1, 1, scores.shape[-1])
+    pooled = F.max_pool1d(flat, kernel_size=kernel, stride=1, padding=kernel // 2)
+    return pooled.reshape(scores.shape)
 
 
 SCORERS: Registry[Scorer] = Registry("scorer")

@@ -1,0 +1,30 @@
+"""Plain Monte Carlo mean over futures."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from lorekv.aggregators.base import AGGREGATORS, Aggregator, AggregatorConfig, check_future_inputs, weight_dtype
+
+
+class MeanConfig(AggregatorConfig):
+    name: Literal["mean"] = "mean"
+
+
+@AGGREGATORS.register("mean", MeanConfig)
+class MeanAggregator(Aggregator):
+    """w_m = 1/M.
+
+    The futures are samples from the model's own distribution over continuations, so the
+    plain average U = (1/M) sum_m U_m is the unbiased Monte Carlo estimate of the expected
+    score E_{future ~ model}[U(future)]. Log-probabilities and entropies are not used.
+    """
+
+    config: MeanConfig
+
+    def weights(self, per_future: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor) -> torch.Tensor:
+        """(M,) constant weights 1/M (see :meth:`Aggregator.weights` for the arguments)."""
+        m = check_future_inputs(per_future, logprobs, entropies)
+        return torch.full((m,), 1.0 / m, dtype=weight_dtype(per_future), device=per_future.device)

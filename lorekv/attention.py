@@ -1,0 +1,180 @@
+"""The attention function lorekv registers with transformers, and the forward pass around it.
+
+transformers lets a model call a registered attention function with the post-RoPE queries
+(B, H, q, d), the keys/values returned by the cache (B, G, K, d) and the module itself. lorekv
+registers ``"lorekv"``: outside a lorekv forward pass it is plain SDPA; inside one it masks
+by the positions a :class:`~lorekv.kv_cache.PositionedCache` keeps per slot (causality,
+sliding windows, padding of ragged heads) and records the queries a capture asks for. This
+captures exactly what the model attends with, for every architecture using the interface,
+without copying model code.
+"""
+
+from __future__ import annotations
+
+import inspect
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from einops import repeat
+from transformers import AttentionInterface, PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
+
+from lorekv.kv_cache import PADDING, PositionedCache
+
+ATTENTION_NAME = "lorekv"
+
+
+@dataclass
+class QueryCapture:
+    """Records the post-RoPE queries that chosen layers compute during a forward pass.
+
+    Attributes:
+        layers: model layer indices to record.
+        last: record only the last ``last`` queries of each pass (None: all of them).
+        queries: layer index -> list of (B, H, q', d) tensors, one per pass.
+        o_proj: layer index -> (D, H*d) output projection weight.
+        scaling: layer index -> softmax scale of q.k.
+    """
+
+    layers: frozenset[int]
+    last: int | None = None
+    queries: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    o_proj: dict[int, torch.Tensor] = field(default_factory=dict)
+    scaling: dict[int, float] = field(default_factory=dict)
+
+    def record(self, module: torch.nn.Module, query: torch.Tensor, scaling: float) -> None:
+        idx = module.layer_idx
+        if idx not in self.layers:
+            return
+        q = query if self.last is None else query[:, :, -self.last :, :]
+        self.queries.setdefault(idx, []).append(q.detach())
+        self.o_proj[idx] = module.o_proj.weight.detach()
+        self.scaling[idx] = float(scaling)
+
+    def stacked(self, idx: int) -> torch.Tensor:
+        """(B, H, q_total, d) the queries of layer ``idx`` across passes, in order."""
+        return torch.cat(self.queries[idx], dim=2)
+
+
+@dataclass
+class _Pass:
+    cache: PositionedCache
+    query_positions: torch.Tensor
+    capture: QueryCapture | None
+
+
+_ACTIVE: ContextVar[_Pass | None] = ContextVar("lorekv_pass", default=None)
+
+
+def position_mask(
+    key_positions: torch.Tensor, query_positions: torch.Tensor, window: int | None
+) -> torch.Tensor:
+    """(B, G, q, K) bool: key slot visible to query.
+
+    Visible iff the slot is not padding, its position is <= the query's, and (sliding
+    layers) the query is less than ``window`` positions past it.
+    """
+    kp = key_positions.unsqueeze(-2)
+    qp = query_positions.view(1, 1, -1, 1).to(kp.device)
+    visible = (kp != PADDING) & (kp <= qp)
+    if window is not None:
+        visible &= kp > qp - window
+    return visible
+
+
+def lorekv_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Attention over a :class:`PositionedCache`; returns (B, q, H, d) like transformers' SDPA."""
+    active = _ACTIVE.get()
+    if active is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    if kwargs.get("softcap") is not None:
+        raise NotImplementedError("lorekv attention does not support attention logit soft-capping")
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    if active.capture is not None:
+        active.capture.record(module, query, scaling)
+    layer = active.cache.layers[module.layer_idx]
+    window = sliding_window if sliding_window is not None else layer.window
+    q_len, k_len = query.shape[2], key.shape[2]
+    mask, is_causal = None, False
+    if q_len > 1 and q_len == k_len and (window is None or q_len <= window) and not layer.padded:
+        is_causal = True
+    elif q_len > 1 or layer.padded:
+        positions = active.cache.last_positions[module.layer_idx]
+        mask = position_mask(positions, active.query_positions, window)
+    group = query.shape[1] // key.shape[1]
+    if group > 1:
+        key = repeat(key, "b g k d -> b (g r) k d", r=group)
+        value = repeat(value, "b g k d -> b (g r) k d", r=group)
+        if mask is not None:
+            mask = repeat(mask, "b g q k -> b (g r) q k", r=group)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=is_causal, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register() -> None:
+    """Register ``"lorekv"`` with transformers (idempotent)."""
+    AttentionInterface.register(ATTENTION_NAME, lorekv_attention)
+    if ATTENTION_NAME not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
+        AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+
+
+def prepare(model: PreTrainedModel) -> PreTrainedModel:
+    """Switch ``model`` to the lorekv attention function; fail early if it cannot work."""
+    register()
+    if getattr(model.config, "_attn_implementation", None) != ATTENTION_NAME:
+        model.set_attn_implementation(ATTENTION_NAME)
+    return model
+
+
+def _cache_argument(model: PreTrainedModel) -> str:
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+@torch.no_grad()
+def forward(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    cache: PositionedCache,
+    positions: torch.Tensor,
+    *,
+    capture: QueryCapture | None = None,
+    logits_to_keep: int = 1,
+) -> torch.Tensor:
+    """Run ``input_ids`` (B, q) at ``positions`` (q,) through ``model``, appending to ``cache``.
+
+    Returns the logits (B, logits_to_keep, V) in float32. ``model`` must have been through
+    :func:`prepare`.
+    """
+    batch, q_len = input_ids.shape
+    positions = positions.to(input_ids.device)
+    cache.pending_positions = positions
+    token = _ACTIVE.set(_Pass(cache, positions, capture))
+    try:
+        out = model(
+            input_ids=input_ids,
+            position_ids=positions.view(1, q_len).expand(batch, q_len),
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+            **{_cache_argument(model): cache},
+        )
+    finally:
+        _ACTIVE.reset(token)
+        cache.pending_positions = None
+    return out.logits.float()

@@ -1,0 +1,111 @@
+"""Decoding after compression, and the full-cache baseline.
+
+Decoding always continues at the original positions: the next token after an n-token
+prompt sits at position n whatever the compressed length, and keys keep their RoPE.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from lorekv.attention import forward, prepare
+from lorekv.compressed import CompressedCache, CompressionStats
+from lorekv.kv_cache import PositionedCache
+from lorekv.samplers import token_rules
+from lorekv.samplers.base import TokenRule
+from lorekv.validation import check_int_at_least
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A decoded answer.
+
+    Attributes:
+        token_ids: (k,) the generated tokens (eos included when it ended the answer).
+        first_logits: (V,) the logits the first answer token was chosen from.
+        stats: the compression stats of the cache it was decoded from (None: full cache).
+        decode_seconds: wall-clock seconds of feeding the question and decoding.
+    """
+
+    token_ids: torch.Tensor
+    first_logits: torch.Tensor
+    stats: CompressionStats | None
+    decode_seconds: float
+
+
+@torch.no_grad()
+def decode(
+    model: PreTrainedModel,
+    compressed: CompressedCache,
+    question_ids: torch.Tensor | None = None,
+    max_new_tokens: int = 32,
+    *,
+    eos_token_id: int | list[int] | None = None,
+    rule: TokenRule | None = None,
+) -> Generation:
+    """Feed the pending prompt token(s) and ``question_ids`` (1, q), then decode.
+
+    Decodes from a fork, so one compressed cache can answer several questions.
+    """
+    check_int_at_least("max_new_tokens", max_new_tokens, 1)
+    if question_ids is not None and (question_ids.dim() != 2 or question_ids.shape[0] != 1):
+        raise ValueError(f"question_ids must have shape (1, q), got {tuple(question_ids.shape)}")
+    feed = compressed.pending_ids if question_ids is None else torch.cat([compressed.pending_ids, question_ids], 1)
+    if feed.shape[1] == 0:
+        raise ValueError("nothing to decode from: a query-agnostic cache needs question_ids")
+    prepare(model)
+    start = time.perf_counter()
+    state = compressed.fork()
+    return _decode_from(
+        model, state.cache, feed, state.next_position, max_new_tokens, eos_token_id, rule, compressed.stats, start
+    )
+
+
+def _decode_from(
+    model: PreTrainedModel,
+    cache: PositionedCache,
+    feed: torch.Tensor,
+    position: int,
+    max_new_tokens: int,
+    eos_token_id: int | list[int] | None,
+    rule: TokenRule | None,
+    stats: CompressionStats | None,
+    start: float,
+) -> Generation:
+    rule = rule or token_rules.greedy
+    eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [])
+    logits = forward(model, feed, cache, torch.arange(position, position + feed.shape[1]))[:, -1]
+    position += feed.shape[1]
+    first_logits = logits[0]
+    out: list[int] = []
+    for _ in range(max_new_tokens):
+        token = rule(logits)
+        out.append(int(token[0]))
+        if out[-1] in eos or len(out) == max_new_tokens:
+            break
+        logits = forward(model, token.view(1, 1), cache, torch.tensor([position]))[:, -1]
+        position += 1
+    return Generation(torch.tensor(out), first_logits, stats, time.perf_counter() - start)
+
+
+@torch.no_grad()
+def generate_full(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    max_new_tokens: int = 32,
+    *,
+    eos_token_id: int | list[int] | None = None,
+    rule: TokenRule | None = None,
+) -> Generation:
+    """The full-cache baseline: prefill ``input_ids`` (1, n) and decode, nothing evicted."""
+    check_int_at_least("max_new_tokens", max_new_tokens, 1)
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] < 1:
+        raise ValueError(f"input_ids must have shape (1, n >= 1), got {tuple(input_ids.shape)}")
+    prepare(model)
+    start = time.perf_counter()
+    cache = PositionedCache.for_model(model.config)
+    return _decode_from(model, cache, input_ids, 0, max_new_tokens, eos_token_id, rule, None, start)

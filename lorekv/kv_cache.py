@@ -1,0 +1,137 @@
+"""A transformers cache whose slots remember the position of the token they hold.
+
+After eviction the cache is no longer a contiguous prefix of the sequence: slot i of head g
+holds the token at position ``positions[b, g, i]`` (``-1`` marks padding, used when the
+heads of one layer keep different numbers of tokens). Keys keep the RoPE of their original
+positions; queries continue at the original positions; and the lorekv attention function
+masks by position (causality, sliding windows, padding), so eviction never shifts anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+PADDING = -1
+
+
+class PositionedLayer(DynamicLayer):
+    """One layer's keys/values (B, G, K, d) with their token positions (B, G, K).
+
+    ``window`` (sliding-window layers) bounds what is stored to the ``window - 1`` newest
+    tokens, as the model's own sliding cache does; such layers are never evicted.
+    """
+
+    def __init__(self, window: int | None = None) -> None:
+        super().__init__()
+        self.window = window
+        self.positions: torch.Tensor | None = None
+        self.padded = False
+
+    @property
+    def is_sliding(self) -> bool:  # type: ignore[override]
+        return self.window is not None
+
+    def set(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, *, padded: bool = False) -> None:
+        """Replace the contents. ``padded``: some slots are padding (position -1)."""
+        self.device = keys.device
+        self.keys, self.values, self.positions = keys, values, positions
+        self.padded = padded
+        self.is_initialized = True
+
+    def append(
+        self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Add new tokens at ``positions`` (q,); return keys, values, positions the new queries may see."""
+        b, g, q, _ = keys.shape
+        new_pos = positions.to(keys.device).view(1, 1, q).expand(b, g, q)
+        if not self.is_initialized:
+            full = (keys, values, new_pos)
+        else:
+            full = (
+                torch.cat([self.keys, keys], dim=-2),
+                torch.cat([self.values, values], dim=-2),
+                torch.cat([self.positions.expand(b, g, -1), new_pos], dim=-1),
+            )
+        keys_, values_, positions_ = full
+        if self.window is not None and keys_.shape[-2] > self.window - 1:
+            keep = self.window - 1
+            keys_, values_, positions_ = keys_[..., -keep:, :], values_[..., -keep:, :], positions_[..., -keep:]
+        self.set(keys_, values_, positions_, padded=self.padded)
+        return full
+
+    def get_seq_length(self) -> int:
+        return 0 if not self.is_initialized else self.keys.shape[-2]
+
+    def allocated_bytes(self) -> int:
+        if not self.is_initialized:
+            return 0
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+
+    def kept_tokens(self) -> torch.Tensor:
+        """(G,) real (non-padding) tokens per KV head, for batch row 0."""
+        if not self.is_initialized:
+            return torch.zeros(0, dtype=torch.long)
+        return (self.positions[0] != PADDING).sum(-1)
+
+
+class PositionedCache(Cache):
+    """A cache of :class:`PositionedLayer`; feed it with :func:`lorekv.attention.forward`.
+
+    ``pending_positions`` (q,) are the positions of the tokens of the forward pass in
+    flight (:func:`lorekv.attention.forward` sets them); ``last_positions[l]`` (B, G, K) are
+    the positions of the keys that layer ``l`` returned to its attention in that pass.
+    """
+
+    def __init__(self, windows: Sequence[int | None]) -> None:
+        super().__init__(layers=[PositionedLayer(w) for w in windows])
+        self.pending_positions: torch.Tensor | None = None
+        self.last_positions: dict[int, torch.Tensor] = {}
+
+    @classmethod
+    def for_model(cls, config) -> PositionedCache:
+        """Sliding-window layers bounded as the model's config says, other layers full."""
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        n = text.num_hidden_layers
+        types = getattr(text, "layer_types", None) or ["full_attention"] * n
+        window = getattr(text, "sliding_window", None)
+        return cls([window if t == "sliding_attention" else None for t in types])
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):  # type: ignore[override]
+        if self.pending_positions is None:
+            raise RuntimeError("PositionedCache must be fed through lorekv.attention.forward")
+        keys, values, positions = self.layers[layer_idx].append(key_states, value_states, self.pending_positions)
+        self.last_positions[layer_idx] = positions
+        return keys, values
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:  # type: ignore[override]
+        return self.layers[layer_idx].get_seq_length()
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:  # type: ignore[override]
+        return self.get_seq_length(layer_idx) + query_length, 0
+
+    @property
+    def is_sliding(self) -> list[bool]:  # type: ignore[override]
+        return [layer.is_sliding for layer in self.layers]
+
+    def expanded(self, batch: int) -> PositionedCache:
+        """A new cache for ``batch`` continuations of this one (batch 1); this one is untouched."""
+        out = PositionedCache([layer.window for layer in self.layers])
+        for src, dst in zip(self.layers, out.layers, strict=True):
+            if src.is_initialized:
+                dst.set(
+                    src.keys.expand(batch, -1, -1, -1),
+                    src.values.expand(batch, -1, -1, -1),
+                    src.positions.expand(batch, -1, -1),
+                    padded=src.padded,
+                )
+        return out
+
+    def copy(self) -> PositionedCache:
+        """A batch-1 cache sharing this one's tensors; appending to either leaves the other unchanged."""
+        return self.expanded(1)
+
+    def allocated_bytes(self) -> int:
+        return sum(layer.allocated_bytes() for layer in self.layers)

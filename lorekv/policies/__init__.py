@@ -1,0 +1,24 @@
+"""Policies: who keeps how many tokens?
+
+Importing this package registers ``uniform``, ``per_layer`` and ``per_head`` in
+:data:`POLICIES`.
+"""
+
+from lorekv.policies.base import POLICIES, Policy, PolicyConfig
+from lorekv.policies.per_head import PerHeadConfig, PerHeadPolicy
+from lorekv.policies.per_layer import PerLayerConfig, PerLayerPolicy, adaptive_budgets, pyramid_budgets
+from lorekv.policies.uniform import UniformConfig, UniformPolicy
+
+__all__ = [
+    "POLICIES",
+    "PerHeadConfig",
+    "PerHeadPolicy",
+    "PerLayerConfig",
+    "PerLayerPolicy",
+    "Policy",
+    "PolicyConfig",
+    "UniformConfig",
+    "UniformPolicy",
+    "adaptive_budgets",
+    "pyramid_budgets",
+]

@@ -1,0 +1,74 @@
+"""Per-head budgets within each layer (Ada-KV)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from einops import rearrange
+from pydantic import field_validator
+
+from lorekv.policies.base import POLICIES, Policy, PolicyConfig
+from lorekv.policies.topk import (
+    check_protected_fits,
+    check_scores,
+    keep_all,
+    priority,
+    protected_count,
+    selection_from_mask,
+    top_k_mask,
+)
+from lorekv.scores import Scores, Selection
+from lorekv.validation import check_in_range
+
+
+class PerHeadConfig(PolicyConfig):
+    """Attributes:
+    alpha: guaranteed share, every head keeps at least floor(alpha * B) tokens (and never
+        fewer than its protected tokens); in [0, 1].
+    normalize: normalise each head's scores to sum 1 before heads compete, because score
+        scales (LOO in particular) differ across heads.
+    """
+
+    name: Literal["per_head"] = "per_head"
+    alpha: float = 0.2
+    normalize: bool = True
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha(cls, value: float) -> float:
+        return check_in_range("alpha", value, 0.0, 1.0)
+
+
+@POLICIES.register("per_head", PerHeadConfig)
+class PerHeadPolicy(Policy):
+    """Top-(G * B) per layer across its KV heads jointly, each head guaranteed a floor.
+
+    With the floor f = max(floor(alpha * B), p), p = min(sink + recent, n): each head first
+    takes its protected tokens and its best tokens up to f; the remaining G * (B - f) slots
+    of the layer go to the best remaining (head, token) pairs of that layer, compared on the
+    per-head normalised scores v[g, j] = U[g, j] / sum_i U[g, i] when ``normalize`` (a head
+    whose scores sum to 0 counts as uniform). Ties: lower head, then lower token first.
+    Every layer keeps exactly G * min(B, n) tokens; B >= n keeps everything.
+    """
+
+    config: PerHeadConfig
+
+    def head_floor(self, num_tokens: int) -> int:
+        """f = max(floor(alpha * B), min(sink + recent, n)), the tokens every head is guaranteed."""
+        cfg = self.config
+        return max(math.floor(round(cfg.alpha * cfg.budget, 9)), protected_count(num_tokens, cfg.sink, cfg.recent))
+
+    def select(self, scores: Scores) -> Selection:
+        """Selection with G * min(B, n) tokens per layer; scores.values (L, G, n) finite."""
+        cfg = self.config
+        n = scores.num_tokens
+        check_scores(scores, non_negative=cfg.normalize)
+        check_protected_fits(cfg.budget, n, cfg)
+        if cfg.budget >= n:
+            return keep_all(scores)
+        key = priority(scores.values, cfg.sink, cfg.recent, normalize=cfg.normalize)
+        guaranteed = top_k_mask(key, self.head_floor(n))
+        joint = rearrange(key.masked_fill(guaranteed, math.inf), "l g n -> l (g n)")
+        keep = top_k_mask(joint, scores.num_kv_heads * cfg.budget)
+        return selection_from_mask(rearrange(keep, "l (g n) -> l g n", n=n), scores.layer_indices)

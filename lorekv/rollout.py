@@ -1,0 +1,164 @@
+"""The model side of sampling: prefill once, then produce futures for a sampler.
+
+:class:`ModelRollout` implements :class:`lorekv.samplers.base.Rollout` over a transformers
+causal LM. The prompt is prefilled once into a :class:`PositionedCache`; every future is
+decoded from a batched view of that cache (M futures in one forward pass per step), so the
+prompt's own cache is never touched by the futures, and their KV is dropped with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from lorekv.attention import QueryCapture, forward
+from lorekv.kv_cache import PositionedCache
+from lorekv.samplers.base import TokenRule
+from lorekv.samplers.token_rules import token_stats
+from lorekv.trajectories import LayerCapture, Trajectories
+from lorekv.validation import check_int_at_least
+
+
+class ModelRollout:
+    """A prefilled prompt from which futures are drawn.
+
+    The prompt is prefilled in two passes, positions 0..n-2 then n-1, so that
+    ``head_cache`` (the cache after n-1 tokens) is available for query-aware eviction,
+    where the last prompt token is re-fed through the compressed cache. ``cache`` holds all
+    n tokens.
+
+    Args:
+        model: a causal LM prepared with :func:`lorekv.attention.prepare`.
+        input_ids: (1, n) the prompt.
+        evict_layers: the layers whose queries are captured (the evictable ones).
+        prefill_window: capture the last ``prefill_window`` prompt queries during prefill.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        input_ids: torch.Tensor,
+        evict_layers: Sequence[int],
+        prefill_window: int = 0,
+    ) -> None:
+        self.model = model
+        self.prompt_ids = input_ids
+        self.prompt_length = input_ids.shape[1]
+        self.evict_layers = frozenset(evict_layers)
+        self._prefill_capture = (
+            QueryCapture(self.evict_layers, last=prefill_window) if prefill_window > 0 else None
+        )
+        n = self.prompt_length
+        keep = min(prefill_window + 1, n)
+        self.cache = PositionedCache.for_model(model.config)
+        chunks = []
+        if n > 1:
+            chunks.append(self._prefill(input_ids[:, : n - 1], 0, min(keep, n - 1)))
+        self.head_cache = self.cache.copy()
+        chunks.append(self._prefill(input_ids[:, n - 1 :], n - 1, 1))
+        logits = torch.cat(chunks, dim=1)[:, -keep:]
+        self.prompt_logits = logits[0]
+        self.last_logits = logits[:, -1]
+
+    def _prefill(self, ids: torch.Tensor, start: int, keep: int) -> torch.Tensor:
+        positions = torch.arange(start, start + ids.shape[1])
+        return forward(self.model, ids, self.cache, positions, capture=self._prefill_capture, logits_to_keep=keep)
+
+    def generator(self, seed: int) -> torch.Generator:
+        return torch.Generator(device=self.last_logits.device).manual_seed(seed)
+
+    def decode(self, rule: TokenRule, num_futures: int, num_tokens: int) -> Trajectories:
+        check_int_at_least("num_futures", num_futures, 1)
+        check_int_at_least("num_tokens", num_tokens, 1)
+        cache = self.cache.expanded(num_futures)
+        capture = QueryCapture(self.evict_layers)
+        logits = self.last_logits.expand(num_futures, -1)
+        ids, logprobs, entropies = [], [], []
+        for t in range(num_tokens):
+            token = rule(logits)
+            lp, ent = token_stats(logits, token)
+            ids.append(token), logprobs.append(lp), entropies.append(ent)
+            position = torch.tensor([self.prompt_length + t])
+            logits = forward(self.model, token.view(-1, 1), cache, position, capture=capture)[:, -1]
+        return self._trajectories(
+            torch.stack(ids, 1), torch.stack(logprobs, 1), torch.stack(entropies, 1), capture, cache
+        )
+
+    def teacher_force(self, token_ids: torch.Tensor) -> Trajectories:
+        if token_ids.dim() != 2 or token_ids.shape[0] < 1 or token_ids.shape[1] < 1:
+            raise ValueError(f"token_ids must have shape (M >= 1, T >= 1), got {tuple(token_ids.shape)}")
+        vocab = self.last_logits.shape[-1]
+        if int(token_ids.min()) < 0 or int(token_ids.max()) >= vocab:
+            raise ValueError(f"token_ids must lie in [0, {vocab}) (the model's vocabulary)")
+        m, t = token_ids.shape
+        token_ids = token_ids.to(self.prompt_ids.device)
+        cache = self.cache.expanded(m)
+        capture = QueryCapture(self.evict_layers)
+        positions = torch.arange(self.prompt_length, self.prompt_length + t)
+        logits = forward(self.model, token_ids, cache, positions, capture=capture, logits_to_keep=t)
+        before = torch.cat([self.last_logits.expand(m, -1).unsqueeze(1), logits[:, :-1]], dim=1)
+        lp, ent = token_stats(before.flatten(0, 1), token_ids.flatten())
+        return self._trajectories(token_ids, lp.view(m, t), ent.view(m, t), capture, cache)
+
+    def prompt_window(self, window: int) -> Trajectories:
+        captured = 0 if self._prefill_capture is None else self._prefill_capture.last
+        if not 1 <= window <= min(captured, self.prompt_length):
+            raise ValueError(
+                f"window must lie in [1, {min(captured, self.prompt_length)}] (the prefill captured "
+                f"{captured} queries of a {self.prompt_length}-token prompt), got {window}"
+            )
+        n = self.prompt_length
+        tokens = self.prompt_ids[:, n - window :]
+        predicting = self.prompt_logits[-window - 1 : -1]
+        lp, ent = token_stats(predicting, tokens[0, -predicting.shape[0] :])
+        pad = window - predicting.shape[0]
+        lp = torch.cat([lp.new_zeros(pad), lp]).unsqueeze(0)
+        ent = torch.cat([ent.new_zeros(pad), ent]).unsqueeze(0)
+        capture = self._prefill_capture
+        layers = []
+        for idx in sorted(self.evict_layers):
+            prompt = self.cache.layers[idx]
+            empty = prompt.keys[:, :, :0]
+            layers.append(
+                LayerCapture(
+                    layer_idx=idx,
+                    queries=capture.stacked(idx)[:, :, -window:],
+                    query_positions=torch.arange(n - window, n, device=prompt.keys.device),
+                    prompt_keys=prompt.keys[0],
+                    prompt_values=prompt.values[0],
+                    response_keys=empty,
+                    response_values=prompt.values[:, :, :0],
+                    o_proj=capture.o_proj[idx],
+                    scaling=capture.scaling[idx],
+                )
+            )
+        return Trajectories(tokens, lp, ent, tuple(layers), n)
+
+    def _trajectories(
+        self,
+        token_ids: torch.Tensor,
+        logprobs: torch.Tensor,
+        entropies: torch.Tensor,
+        capture: QueryCapture,
+        cache: PositionedCache,
+    ) -> Trajectories:
+        n, t = self.prompt_length, token_ids.shape[1]
+        layers = []
+        for idx in sorted(self.evict_layers):
+            prompt, future = self.cache.layers[idx], cache.layers[idx]
+            layers.append(
+                LayerCapture(
+                    layer_idx=idx,
+                    queries=capture.stacked(idx),
+                    query_positions=torch.arange(n, n + t, device=prompt.keys.device),
+                    prompt_keys=prompt.keys[0],
+                    prompt_values=prompt.values[0],
+                    response_keys=future.keys[:, :, n:],
+                    response_values=future.values[:, :, n:],
+                    o_proj=capture.o_proj[idx],
+                    scaling=capture.scaling[idx],
+                )
+            )
+        return Trajectories(token_ids, logprobs, entropies, tuple(layers), n)

@@ -1,0 +1,33 @@
+"""Samplers: which queries stand for "the future"?
+
+Importing this package registers every sampler in :data:`SAMPLERS`:
+``greedy``, ``temperature``, ``nucleus``, ``prompt_window`` and ``oracle``.
+"""
+
+from lorekv.samplers import token_rules
+from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, TokenRule, check_futures
+from lorekv.samplers.greedy import GreedyConfig, GreedySampler
+from lorekv.samplers.nucleus import NucleusConfig, NucleusSampler
+from lorekv.samplers.oracle import OracleConfig, OracleSampler
+from lorekv.samplers.prompt_window import PromptWindowConfig, PromptWindowSampler
+from lorekv.samplers.temperature import TemperatureConfig, TemperatureSampler
+
+__all__ = [
+    "SAMPLERS",
+    "GreedyConfig",
+    "GreedySampler",
+    "NucleusConfig",
+    "NucleusSampler",
+    "OracleConfig",
+    "OracleSampler",
+    "PromptWindowConfig",
+    "PromptWindowSampler",
+    "Rollout",
+    "Sampler",
+    "SamplerConfig",
+    "TemperatureConfig",
+    "TemperatureSampler",
+    "TokenRule",
+    "check_futures",
+    "token_rules",
+]

@@ -1,0 +1,47 @@
+"""Nucleus (top-p) sampler: temperature sampling restricted to the likely head of the vocabulary."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from lorekv.samplers import token_rules
+from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, check_futures
+from lorekv.samplers.temperature import TemperatureConfig
+from lorekv.trajectories import Trajectories
+
+
+class NucleusConfig(TemperatureConfig):
+    """Config of :class:`NucleusSampler`: :class:`TemperatureConfig` plus ``top_p``.
+
+    Attributes:
+        top_p: nucleus mass in (0, 1]. Each token is drawn from the smallest set of most
+            likely tokens holding at least this probability, renormalised; 1 is plain
+            temperature sampling (same draws for the same seed). Cutting the tail trades
+            the unbiasedness of the Monte Carlo mean for futures that avoid rare tokens.
+    """
+
+    name: Literal["nucleus"] = "nucleus"  # type: ignore[assignment]
+    top_p: float = Field(default=0.9, gt=0.0, le=1.0, allow_inf_nan=False)
+
+
+@SAMPLERS.register("nucleus", NucleusConfig)
+class NucleusSampler(Sampler):
+    """M futures of T tokens, each drawn by top-p sampling at the configured temperature."""
+
+    config: NucleusConfig
+
+    def __init__(self, config: NucleusConfig) -> None:
+        super().__init__(config)
+
+    def sample(self, rollout: Rollout) -> Trajectories:
+        """Futures of shape (M, T)."""
+        cfg = self.config
+        generator = rollout.generator(cfg.seed)
+
+        def rule(logits: torch.Tensor) -> torch.Tensor:
+            return token_rules.nucleus(logits, cfg.temperature, cfg.top_p, generator)
+
+        return check_futures(rollout.decode(rule, cfg.num_futures, cfg.num_tokens), cfg.num_futures, cfg.num_tokens)

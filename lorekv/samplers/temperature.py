@@ -1,0 +1,52 @@
+"""Temperature sampler: M independent futures drawn from the model (LORE-KV's default)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from lorekv.samplers import token_rules
+from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, check_futures
+from lorekv.trajectories import Trajectories
+
+
+class TemperatureConfig(SamplerConfig):
+    """Config of :class:`TemperatureSampler`; defaults are the paper's (M=4, T=8, temperature 1).
+
+    Attributes:
+        num_futures: M, independent futures (>= 1).
+        num_tokens: T, tokens per future (>= 1).
+        temperature: softmax temperature (finite, > 0). At 1 the futures follow the model's
+            own distribution and the mean aggregator is a plain Monte Carlo estimate.
+        seed: seeds the rollout's generator afresh on every :meth:`TemperatureSampler.sample`
+            call, so the same prompt and config give the same futures.
+    """
+
+    name: Literal["temperature"] = "temperature"
+    num_futures: int = Field(default=4, ge=1, strict=True)
+    num_tokens: int = Field(default=8, ge=1, strict=True)
+    temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    seed: int = Field(default=0, strict=True)
+
+
+@SAMPLERS.register("temperature", TemperatureConfig)
+class TemperatureSampler(Sampler):
+    """M futures of T tokens, each token drawn from softmax(logits / temperature)."""
+
+    config: TemperatureConfig
+
+    def __init__(self, config: TemperatureConfig) -> None:
+        super().__init__(config)
+
+    def sample(self, rollout: Rollout) -> Trajectories:
+        """Futures of shape (M, T)."""
+        cfg = self.config
+        generator = rollout.generator(cfg.seed)
+
+        def rule(logits: torch.Tensor) -> torch.Tensor:
+            return token_rules.temperature(logits, cfg.temperature, generator)
+
+        return check_futures(rollout.decode(rule, cfg.num_futures, cfg.num_tokens), cfg.num_futures, cfg.num_tokens)
+

@@ -1,0 +1,122 @@
+"""Next-token rules: pure functions from logits to token ids, plus the per-token statistics.
+
+Every rule takes next-token logits of shape (M, V) — one row per future — and returns the
+chosen ids, shape (M,) long, on the logits' device. Probabilities are always computed in
+float32 whatever the logits' dtype, so a bf16 model samples from the same distribution as
+an fp32 one up to the logits themselves. Random rules draw only from the ``generator``
+they are given, which makes futures reproducible from a seed.
+
+The samplers bind the parameters (``lambda logits: temperature(logits, t, g)``) and hand the
+resulting :data:`~lorekv.samplers.base.TokenRule` to the rollout.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from lorekv.validation import check_in_range
+
+
+def _check_logits(logits: torch.Tensor) -> None:
+    if logits.dim() != 2 or logits.shape[1] < 1:
+        raise ValueError(f"logits must have shape (M, V) with V >= 1, got {tuple(logits.shape)}")
+
+
+def _check_temperature(temperature: float) -> None:
+    check_in_range("temperature", temperature, 0.0, math.inf, low_open=True, high_open=True)
+
+
+def _scaled_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(M, V) float32 softmax(logits / temperature)."""
+    return torch.softmax(logits.float() / temperature, dim=-1)
+
+
+def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """(M,) one id per row of the (M, V) probabilities ``probs``."""
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """(M,) long: the most likely token of each row of ``logits`` (M, V).
+
+    Ties go to the lowest index, so the rule is deterministic.
+    """
+    _check_logits(logits)
+    return logits.argmax(dim=-1)
+
+
+def temperature(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    """(M,) long: one draw per row from softmax(logits / temperature), logits (M, V).
+
+    This is the model's own sampling distribution at ``temperature`` 1, which is what makes
+    the mean over futures a plain Monte Carlo estimate of the expected future importance.
+
+    Raises:
+        ValueError: ``temperature`` not a finite number > 0, or ``logits`` not (M, V >= 1).
+    """
+    _check_temperature(temperature)
+    _check_logits(logits)
+    return _draw(_scaled_probs(logits, temperature), generator)
+
+
+def nucleus(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> torch.Tensor:
+    """(M,) long: top-p (nucleus) sampling from softmax(logits / temperature), logits (M, V).
+
+    Per row, the nucleus is the smallest set of most likely tokens whose total probability
+    is at least ``top_p``; the most likely token is always in it (ties are broken towards the
+    lower index). Its probabilities are renormalised and one token is drawn. ``top_p == 1``
+    takes exactly the path of :func:`temperature`, so with the same generator state both
+    return the same ids.
+
+    Raises:
+        ValueError: ``temperature`` not a finite number > 0, ``top_p`` outside (0, 1], or
+            ``logits`` not (M, V >= 1).
+    """
+    _check_temperature(temperature)
+    check_in_range("top_p", top_p, 0.0, 1.0, low_open=True)
+    _check_logits(logits)
+    probs = _scaled_probs(logits, temperature)
+    if top_p >= 1.0:
+        return _draw(probs, generator)
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+    mass_before = F.pad(sorted_probs.cumsum(dim=-1)[:, :-1], (1, 0))
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, mass_before < top_p)
+    kept = probs.masked_fill(~keep, 0.0)
+    return _draw(kept / kept.sum(dim=-1, keepdim=True), generator)
+
+
+def token_stats(logits: torch.Tensor, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of the chosen tokens and entropy of the distribution, at temperature 1.
+
+    Args:
+        logits: (M, V) next-token logits.
+        token_ids: (M,) the tokens chosen from them.
+
+    Returns:
+        ``(logprobs, entropies)``, both (M,) float32: ``log_softmax(logits)[m, token_ids[m]]``
+        and ``-sum_v p_v log p_v`` in nats (clamped to [0, log V] against rounding). These fill
+        :attr:`Trajectories.logprobs` and :attr:`Trajectories.entropies` for the aggregators.
+        They are the model's own statistics, independent of the sampling temperature or top-p.
+
+    Raises:
+        ValueError: wrong shapes, or an id outside [0, V).
+    """
+    _check_logits(logits)
+    m, v = logits.shape
+    if token_ids.shape != (m,):
+        raise ValueError(f"token_ids must have shape ({m},), got {tuple(token_ids.shape)}")
+    if token_ids.dtype.is_floating_point or token_ids.dtype == torch.bool:
+        raise ValueError(f"token_ids must be an integer tensor, got {token_ids.dtype}")
+    if m > 0 and (token_ids.min() < 0 or token_ids.max() >= v):
+        raise ValueError(f"token_ids must lie in [0, {v}), got values in [{token_ids.min()}, {token_ids.max()}]")
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    logprobs = logp.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)
+    p = logp.exp()
+    plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))
+    entropies = (-plogp.sum(dim=-1)).clamp(min=0.0, max=math.log(v))
+    return logprobs, entropies

@@ -1,0 +1,25 @@
+"""Scorers: how much does one prompt token matter to one query?
+
+Importing this package registers ``attention_mass``, ``loo`` and ``projected_loo`` in
+:data:`SCORERS`.
+"""
+
+from lorekv.scorers.attention import CausalAttention, causal_attention
+from lorekv.scorers.attention_mass import AttentionMassConfig, AttentionMassScorer
+from lorekv.scorers.base import SCORERS, Scorer, ScorerConfig
+from lorekv.scorers.loo import LOOConfig, LOOScorer
+from lorekv.scorers.projected_loo import ProjectedLOOConfig, ProjectedLOOScorer
+
+__all__ = [
+    "SCORERS",
+    "AttentionMassConfig",
+    "AttentionMassScorer",
+    "CausalAttention",
+    "LOOConfig",
+    "LOOScorer",
+    "ProjectedLOOConfig",
+    "ProjectedLOOScorer",
+    "Scorer",
+    "ScorerConfig",
+    "causal_attention",
+]

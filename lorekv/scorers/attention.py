@@ -1,0 +1,87 @@
+"""The causal softmax attention of a captured layer, recomputed in float32 for the scorers.
+
+For query head h (KV head g = h // group), query t of future m attends to every key whose
+position is <= the query's position (prompt keys first, then the future's own response keys):
+
+    a_j = softmax_j(scaling * q . k_j)   over the visible keys j,
+    o   = sum_j a_j v_j                  (prompt and response values alike).
+
+Only the n prompt tokens are eviction candidates, but the response keys take part in the
+normalisation of a and in o. GQA is handled by splitting the query heads into
+(KV head, head-in-group) with einops instead of copying each KV head ``group`` times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from einops import einsum, rearrange
+
+from lorekv.trajectories import LayerCapture
+
+
+@dataclass(frozen=True)
+class CausalAttention:
+    """Attention weights and outputs of one layer, per query head.
+
+    Attributes:
+        weights: (M, H, T, n+R) float32 softmax weights a; 0 on keys the query cannot see.
+            Each row sums to 1 over prompt and response keys.
+        output: (M, H, T, d) float32 attention output o = sum_j a_j v_j.
+        visible: (T, n+R) bool, query t may attend to key j.
+        prompt_length: n; keys ``0..n-1`` are the prompt tokens.
+    """
+
+    weights: torch.Tensor
+    output: torch.Tensor
+    visible: torch.Tensor
+    prompt_length: int
+
+    @property
+    def prompt_weights(self) -> torch.Tensor:
+        """(M, H, T, n) the weights on the prompt keys."""
+        return self.weights[..., : self.prompt_length]
+
+    @property
+    def lone_query(self) -> torch.Tensor:
+        """(T,) bool: the query sees exactly one key (it then holds all the weight, a = 1)."""
+        return self.visible.sum(dim=-1) == 1
+
+
+def causal_attention(layer: LayerCapture) -> CausalAttention:
+    """Recompute the layer's causal attention in float32.
+
+    Args:
+        layer: queries (M, H, T, d), keys/values (M, G, n+R, d) via ``layer.keys()`` and
+            ``layer.values()``, visibility (T, n+R) via ``layer.visible()``.
+
+    Returns:
+        The weights (M, H, T, n+R) and outputs (M, H, T, d). A query that sees no key at all
+        (position < 0) gets all-zero weights and a zero output.
+    """
+    queries = split_heads(layer.queries.float(), layer.num_kv_heads)
+    keys = layer.keys().float()
+    values = layer.values().float()
+    visible = layer.visible()
+
+    logits = einsum(queries, keys, "m g r t d, m g s d -> m g r t s") * layer.scaling
+    logits = logits.masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(logits, dim=-1).masked_fill(~visible, 0.0)
+    output = einsum(weights, values, "m g r t s, m g s d -> m g r t d")
+    return CausalAttention(
+        weights=merge_heads(weights),
+        output=merge_heads(output),
+        visible=visible,
+        prompt_length=layer.prompt_length,
+    )
+
+
+def split_heads(per_query_head: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+    """(M, H, ...) -> (M, G, group, ...): query head h = g * group + r goes to [g, r]."""
+    return rearrange(per_query_head, "m (g r) ... -> m g r ...", g=num_kv_heads)
+
+
+def merge_heads(grouped: torch.Tensor) -> torch.Tensor:
+    """(M, G, group, ...) -> (M, H, ...), the inverse of :func:`split_heads`."""
+    return rearrange(grouped, "m g r ... -> m (g r) ...")

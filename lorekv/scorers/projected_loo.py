@@ -1,0 +1,96 @@
+"""Projected LOO: the leave-one-out output change as the residual stream sees it (LORE-KV)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from einops import einsum, rearrange
+from pydantic import field_validator
+
+from lorekv.scorers.attention import causal_attention, merge_heads, split_heads
+from lorekv.scorers.base import SCORERS, Scorer, ScorerConfig
+from lorekv.scorers.loo import check_eps, deletion_scores, refine_dominant
+from lorekv.trajectories import LayerCapture
+
+
+class ProjectedLOOConfig(ScorerConfig):
+    """Config of :class:`ProjectedLOOScorer`.
+
+    Attributes:
+        eps: lower bound on 1 - a_j in the renormalisation factor a_j / (1 - a_j), in (0, 1).
+    """
+
+    name: Literal["projected_loo"] = "projected_loo"
+    eps: float = 1e-6
+
+    @field_validator("eps")
+    @classmethod
+    def _eps(cls, value: float) -> float:
+        return check_eps(value)
+
+
+@SCORERS.register("projected_loo", ProjectedLOOConfig)
+class ProjectedLOOScorer(Scorer):
+    """s_j(q) = ||W_o^h (o - o_{-j})||_2 = a_j / (1 - a_j) * ||W_o^h (v_j - o)||_2.
+
+    Same deletion as :class:`~lorekv.scorers.loo.LOOScorer` (o_{-j} = (o - a_j v_j) / (1 - a_j)),
+    measured after head h's slice of the output projection, W_o^h = o_proj[:, h*d:(h+1)*d]
+    (D x d): what the deletion changes in the residual stream, so directions of value space
+    that the projection discards do not count.
+
+    Gram form: with G_h = W_o^hT W_o^h (d x d),
+
+        ||W_o^h (v_j - o)||^2 = v_j^T G_h v_j - 2 v_j^T G_h o + o^T G_h o.
+
+    v_j^T G_h v_j and G_h v_j are per token and computed once per head; per query the cost is
+    one n x d product, the order of attention itself. No D-dimensional vector is formed per
+    (query, token) pair. As for LOO, each query's most attended prompt token (the only one
+    whose factor a_j / (1 - a_j) can exceed 1) gets its distance recomputed directly,
+    (v_j - o)^T G_h (v_j - o), which costs O(d^2) per query and avoids amplifying the
+    expansion's cancellation error. Edge cases (invisible keys, a lone visible key, the
+    ``eps`` guard) are as for LOO.
+    """
+
+    config: ProjectedLOOConfig
+
+    def query_scores(self, layer: LayerCapture) -> torch.Tensor:
+        """(M, H, T, n) float32 projected LOO deletion scores of the prompt tokens."""
+        attention = causal_attention(layer)
+        gram = gram_matrices(layer.o_proj.float(), layer.num_heads)
+        values = layer.prompt_values.float()
+        sq_dist = projected_sq_distances(values, attention.output, gram)
+        sq_dist = refine_dominant(sq_dist, values, attention, gram)
+        return deletion_scores(attention, sq_dist, self.config.eps)
+
+
+def gram_matrices(o_proj: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(H, d, d) G_h = W_o^hT W_o^h from the (D, H*d) output projection."""
+    per_head = rearrange(o_proj, "D (h d) -> h D d", h=num_heads)
+    return einsum(per_head, per_head, "h D d, h D e -> h d e")
+
+
+def projected_sq_distances(prompt_values: torch.Tensor, output: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+    """||W_o^h (v_j - o)||^2 for every query and prompt token, via the Gram form.
+
+    Args:
+        prompt_values: (G, n, d) values v_j of the prompt tokens.
+        output: (M, H, T, d) attention outputs o, H a multiple of G.
+        gram: (H, d, d) symmetric G_h = W_o^hT W_o^h.
+
+    Returns:
+        (M, H, T, n) v_j^T G v_j - 2 v_j^T G o + o^T G o (may be slightly negative from rounding).
+    """
+    num_kv_heads = prompt_values.shape[0]
+    grouped_gram = rearrange(gram, "(g r) d e -> g r d e", g=num_kv_heads)
+    grouped_output = split_heads(output, num_kv_heads)
+
+    gram_values = einsum(grouped_gram, prompt_values, "g r d e, g n e -> g r n d")
+    value_sq = einsum(gram_values, prompt_values, "g r n d, g n d -> g r n")
+    cross = einsum(gram_values, grouped_output, "g r n d, m g r t d -> m g r t n")
+    gram_output = einsum(grouped_gram, grouped_output, "g r d e, m g r t e -> m g r t d")
+    output_sq = einsum(gram_output, grouped_output, "m g r t d, m g r t d -> m g r t")
+
+    value_sq = rearrange(value_sq, "g r n -> 1 g r 1 n")
+    output_sq = rearrange(output_sq, "m g r t -> m g r t 1")
+    return merge_heads(value_sq - 2 * cross + output_sq)

@@ -1,0 +1,320 @@
+"""Policies: exact budgets, protected tokens, deterministic top-k, validated configs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from lorekv.policies import (
+    POLICIES,
+    PerHeadConfig,
+    PerHeadPolicy,
+    PerLayerConfig,
+    PerLayerPolicy,
+    UniformConfig,
+    UniformPolicy,
+    pyramid_budgets,
+)
+from lorekv.policies.topk import largest_remainder
+from lorekv.scores import Scores, Selection
+
+fast = settings(max_examples=50, deadline=None)
+
+
+@st.composite
+def cases(draw, max_layers: int = 4, max_heads: int = 3, max_tokens: int = 24):
+    """(scores, budget, sink, recent); ``budget`` always holds the protected tokens."""
+    l, g, n = draw(st.integers(1, max_layers)), draw(st.integers(1, max_heads)), draw(st.integers(1, max_tokens))
+    sink, recent = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+    budget = draw(st.integers(max(1, min(sink + recent, n)), n + 3))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    if draw(st.booleans()):
+        values = torch.randint(0, 4, (l, g, n), generator=gen).float()
+    else:
+        values = torch.rand(l, g, n, generator=gen)
+    return Scores(values, tuple(range(3, 3 + l))), budget, sink, recent
+
+
+def protected(n: int, sink: int, recent: int) -> torch.Tensor:
+    j = torch.arange(n)
+    return (j < sink) | (j >= n - recent)
+
+
+def normalised(values: torch.Tensor) -> torch.Tensor:
+    total = values.sum(-1, keepdim=True)
+    return torch.where(total > 0, values / total.clamp_min(1e-30), torch.full_like(values, 1 / values.shape[-1]))
+
+
+def check_well_formed(sel: Selection, scores: Scores, sink: int, recent: int) -> torch.Tensor:
+    """Sorted, unique, in-range long indices with every protected token; returns the mask."""
+    n = scores.num_tokens
+    assert sel.num_tokens == n and sel.layer_indices == scores.layer_indices
+    assert len(sel.indices) == scores.num_layers
+    for heads in sel.indices:
+        assert len(heads) == scores.num_kv_heads
+        for idx in heads:
+            assert idx.dtype == torch.long and idx.dim() == 1
+            assert bool((idx[1:] > idx[:-1]).all())
+            assert len(idx) == 0 or (0 <= int(idx[0]) and int(idx[-1]) < n)
+    mask = sel.mask()
+    assert bool(mask[:, :, protected(n, sink, recent)].all())
+    return mask
+
+
+def check_head_top_k(mask: torch.Tensor, values: torch.Tensor, sink: int, recent: int) -> None:
+    """In every head, each kept unprotected score >= each dropped score."""
+    free = ~protected(values.shape[-1], sink, recent)
+    for keep, v in zip(mask.flatten(0, 1), values.flatten(0, 1), strict=True):
+        kept, dropped = v[keep & free], v[~keep]
+        if len(kept) and len(dropped):
+            assert kept.min() >= dropped.max()
+
+
+@fast
+@given(case=cases())
+def test_uniform_keeps_the_top_budget_per_head(case):
+    scores, budget, sink, recent = case
+    sel = UniformPolicy(UniformConfig(budget=budget, sink=sink, recent=recent)).select(scores)
+    mask = check_well_formed(sel, scores, sink, recent)
+    assert bool((sel.counts() == min(budget, scores.num_tokens)).all())
+    check_head_top_k(mask, scores.values, sink, recent)
+
+
+@fast
+@given(
+    n=st.integers(1, 8), sink=st.integers(0, 2), recent=st.integers(0, 2), seed=st.integers(0, 2**31 - 1),
+    budget=st.integers(1, 8),
+)
+def test_uniform_matches_brute_force(n, sink, recent, budget, seed):
+    assume(budget >= min(sink + recent, n) and budget < n)
+    values = torch.rand(1, 1, n, generator=torch.Generator().manual_seed(seed))
+    kept = UniformPolicy(UniformConfig(budget=budget, sink=sink, recent=recent)).select(Scores(values, (0,)))
+    must = set(protected(n, sink, recent).nonzero().flatten().tolist())
+    best = max(
+        sum(values[0, 0, j].item() for j in combo)
+        for combo in itertools.combinations(range(n), budget)
+        if must <= set(combo)
+    )
+    assert values[0, 0, kept.indices[0][0]].sum().item() == pytest.approx(best)
+
+
+@fast
+@given(case=cases(), beta=st.floats(1.01, 40))
+def test_pyramid_budgets_are_exact_and_non_increasing(case, beta):
+    scores, budget, sink, recent = case
+    l, n = scores.num_layers, scores.num_tokens
+    policy = PerLayerPolicy(PerLayerConfig(budget=budget, sink=sink, recent=recent, beta=beta))
+    budgets = [n] * l if budget >= n else pyramid_budgets(l, budget, beta, n)
+    assert sum(budgets) == min(l * budget, l * n)
+    assert all(a >= b for a, b in zip(budgets, budgets[1:]))
+    assert all(0 <= b <= n for b in budgets)
+    p = min(sink + recent, n)
+    if min(budgets) < p:
+        with pytest.raises(ValueError, match="budget"):
+            policy.select(scores)
+        return
+    sel = policy.select(scores)
+    mask = check_well_formed(sel, scores, sink, recent)
+    assert sel.counts().tolist() == [[b] * scores.num_kv_heads for b in budgets]
+    check_head_top_k(mask, scores.values, sink, recent)
+
+
+@fast
+@given(case=cases(), floor_frac=st.floats(0, 1))
+def test_adaptive_budgets_are_exact_and_floored(case, floor_frac):
+    scores, budget, sink, recent = case
+    l, n = scores.num_layers, scores.num_tokens
+    policy = PerLayerPolicy(
+        PerLayerConfig(budget=budget, sink=sink, recent=recent, schedule="adaptive", floor_frac=floor_frac)
+    )
+    budgets = policy.layer_budgets(scores)
+    assert sum(budgets) == min(l * budget, l * n)
+    assert all(b <= n for b in budgets)
+    if budget < n:
+        assert min(budgets) >= max(math.ceil(round(floor_frac * budget, 9)), min(sink + recent, n))
+    sel = policy.select(scores)
+    mask = check_well_formed(sel, scores, sink, recent)
+    assert sel.counts().tolist() == [[b] * scores.num_kv_heads for b in budgets]
+    check_head_top_k(mask, scores.values, sink, recent)
+
+
+@fast
+@given(
+    g=st.integers(1, 3), n=st.integers(4, 24), seed=st.integers(0, 2**31 - 1), data=st.data(),
+    floor_frac=st.floats(0, 1), concentrated_first=st.booleans(),
+)
+def test_adaptive_gives_spread_layers_no_less_than_concentrated_ones(g, n, seed, data, floor_frac, concentrated_first):
+    budget = data.draw(st.integers(1, n - 1))
+    c = data.draw(st.integers(1, budget))
+    gen = torch.Generator().manual_seed(seed)
+    spread = 1 + torch.rand(g, n, generator=gen)
+    concentrated = torch.zeros(g, n)
+    for head in range(g):
+        concentrated[head, torch.randperm(n, generator=gen)[:c]] = torch.rand(c, generator=gen) + 0.5
+    layers = [concentrated, spread] if concentrated_first else [spread, concentrated]
+    policy = PerLayerPolicy(PerLayerConfig(budget=budget, schedule="adaptive", floor_frac=floor_frac))
+    budgets = policy.layer_budgets(Scores(torch.stack(layers), (0, 1)))
+    b_conc, b_spread = budgets if concentrated_first else budgets[::-1]
+    assert b_conc <= b_spread
+
+
+def test_adaptive_by_hand():
+    one_hot = torch.zeros(1, 10)
+    one_hot[0, 3] = 5.0
+    scores = Scores(torch.stack([one_hot, torch.ones(1, 10)]), (0, 1))
+    policy = PerLayerPolicy(PerLayerConfig(budget=4, schedule="adaptive", floor_frac=0.2))
+    assert policy.layer_budgets(scores) == [1, 7]
+    assert policy.select(scores).indices[0][0].tolist() == [3]
+    policy = PerLayerPolicy(PerLayerConfig(budget=4, schedule="adaptive", floor_frac=0.5))
+    assert policy.layer_budgets(scores) == [2, 6]
+
+
+def test_pyramid_by_hand():
+    assert pyramid_budgets(4, 5, 20.0, 100) == [10, 7, 3, 0]
+    assert pyramid_budgets(4, 5, 20.0, 8) == [8, 8, 4, 0]
+    assert pyramid_budgets(1, 5, 20.0, 100) == [5]
+    assert pyramid_budgets(3, 6, 2.0, 100) == [9, 6, 3]
+
+
+@fast
+@given(case=cases(), alpha=st.floats(0, 1), normalize=st.booleans())
+def test_per_head_budgets_and_floors(case, alpha, normalize):
+    scores, budget, sink, recent = case
+    l, g, n = scores.values.shape
+    policy = PerHeadPolicy(PerHeadConfig(budget=budget, sink=sink, recent=recent, alpha=alpha, normalize=normalize))
+    sel = policy.select(scores)
+    mask = check_well_formed(sel, scores, sink, recent)
+    counts = sel.counts()
+    assert counts.sum(dim=1).tolist() == [g * min(budget, n)] * l
+    floor = max(math.floor(round(alpha * budget, 9)), min(sink + recent, n))
+    assert policy.head_floor(n) == floor
+    assert bool((counts >= min(floor, n)).all()) and bool((counts <= n).all())
+    check_head_top_k(mask, scores.values, sink, recent)
+    key = normalised(scores.values) if normalize else scores.values
+    for layer in range(l):
+        dropped = key[layer][~mask[layer]]
+        if len(dropped) == 0:
+            continue
+        for head in range(g):
+            if counts[layer, head] > floor:
+                extra = key[layer, head][mask[layer, head] & ~protected(n, sink, recent)]
+                assert extra.min() >= dropped.max()
+
+
+@fast
+@given(
+    g=st.integers(1, 3), n=st.integers(3, 4), sink=st.integers(0, 1), recent=st.integers(0, 1),
+    alpha=st.floats(0, 1), seed=st.integers(0, 2**31 - 1), data=st.data(),
+)
+def test_per_head_matches_brute_force(g, n, sink, recent, alpha, seed, data):
+    budget = data.draw(st.integers(max(1, min(sink + recent, n)), n - 1))
+    values = torch.rand(1, g, n, generator=torch.Generator().manual_seed(seed))
+    policy = PerHeadPolicy(PerHeadConfig(budget=budget, sink=sink, recent=recent, alpha=alpha))
+    mask = policy.select(Scores(values, (0,))).mask()[0]
+    key, must, floor = normalised(values)[0], protected(n, sink, recent), policy.head_floor(n)
+    best = -1.0
+    for bits in itertools.product([False, True], repeat=g * n):
+        keep = torch.tensor(bits).view(g, n)
+        if keep.sum() == g * budget and bool(keep[:, must].all()) and bool((keep.sum(1) >= floor).all()):
+            best = max(best, key[keep & ~must].sum().item())
+    assert key[mask & ~must].sum().item() == pytest.approx(best, abs=1e-6)
+
+
+@fast
+@given(
+    case=cases(),
+    name=st.sampled_from(["uniform", "per_layer", "per_head"]),
+    schedule=st.sampled_from(["pyramid", "adaptive"]),
+)
+def test_budget_at_least_n_is_the_identity(case, name, schedule):
+    scores, _, sink, recent = case
+    spec = {"name": name, "budget": scores.num_tokens + 2, "sink": sink, "recent": recent}
+    if name == "per_layer":
+        spec["schedule"] = schedule
+    sel = POLICIES.build(spec).select(scores)
+    assert bool(sel.mask().all())
+    assert all(torch.equal(idx, torch.arange(scores.num_tokens)) for heads in sel.indices for idx in heads)
+
+
+def test_ties_go_to_the_lower_index():
+    scores = Scores(torch.ones(2, 2, 6), (0, 1))
+    for spec in ({"name": "uniform"}, {"name": "per_layer"}, {"name": "per_head"}):
+        sel = POLICIES.build({**spec, "budget": 3}).select(scores)
+        assert sel.indices[1][1].tolist() == list(range(len(sel.indices[1][1])))
+
+
+@pytest.mark.parametrize(
+    ("spec", "param"),
+    [
+        ({"name": "uniform", "budget": 0}, "budget"),
+        ({"name": "uniform", "budget": -4}, "budget"),
+        ({"name": "uniform", "budget": 4, "sink": -1}, "sink"),
+        ({"name": "uniform", "budget": 4, "recent": -1}, "recent"),
+        ({"name": "per_head", "budget": 4, "alpha": -0.1}, "alpha"),
+        ({"name": "per_head", "budget": 4, "alpha": 1.5}, "alpha"),
+        ({"name": "per_layer", "budget": 4, "beta": 1.0}, "beta"),
+        ({"name": "per_layer", "budget": 4, "beta": 0.5}, "beta"),
+        ({"name": "per_layer", "budget": 4, "floor_frac": -0.1}, "floor_frac"),
+        ({"name": "per_layer", "budget": 4, "floor_frac": 1.01}, "floor_frac"),
+        ({"name": "per_layer", "budget": 4, "schedule": "linear"}, "schedule"),
+        ({"name": "per_head", "budget": 4, "beta": 2.0}, "beta"),
+    ],
+)
+def test_invalid_config_raises(spec, param):
+    with pytest.raises(ValueError, match=param):
+        POLICIES.build(spec)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "uniform", "budget": 3, "sink": 2, "recent": 2},
+        {"name": "per_head", "budget": 3, "sink": 2, "recent": 2},
+        {"name": "per_layer", "budget": 3, "sink": 2, "recent": 2},
+        {"name": "per_layer", "budget": 3, "sink": 2, "recent": 2, "schedule": "adaptive"},
+        {"name": "per_layer", "budget": 8, "sink": 2, "recent": 2, "beta": 20},
+    ],
+)
+def test_budget_below_protected_count_raises(spec):
+    scores = Scores(torch.rand(4, 2, 50), (0, 1, 2, 3))
+    with pytest.raises(ValueError, match=r"budget.*sink.*recent"):
+        POLICIES.build(spec).select(scores)
+    short = Scores(torch.rand(4, 2, spec["budget"]), (0, 1, 2, 3))
+    assert bool(POLICIES.build(spec).select(short).mask().all())
+
+
+@pytest.mark.parametrize("name", ["uniform", "per_layer", "per_head"])
+def test_bad_scores_raise(name):
+    policy = POLICIES.build({"name": name, "budget": 2})
+    with pytest.raises(ValueError, match="finite"):
+        policy.select(Scores(torch.tensor([[[1.0, float("nan"), 0.5]]]), (0,)))
+    if name == "per_head":
+        with pytest.raises(ValueError, match="non-negative"):
+            policy.select(Scores(torch.tensor([[[1.0, -1.0, 0.5]]]), (0,)))
+
+
+def test_registry_round_trip():
+    policy = POLICIES.build({"name": "per_head", "budget": 8, "alpha": 0.5})
+    assert isinstance(policy, PerHeadPolicy)
+    dumped = policy.config.model_dump()
+    assert dumped == {"name": "per_head", "budget": 8, "sink": 0, "recent": 0, "alpha": 0.5, "normalize": True}
+    assert POLICIES.parse(dumped) == policy.config
+    scores = Scores(torch.rand(2, 3, 20), (0, 1))
+    assert POLICIES.build(dumped).select(scores).mask().equal(policy.select(scores).mask())
+    layer = POLICIES.build({"name": "per_layer", "budget": 8, "schedule": "adaptive"}).config.model_dump()
+    assert layer == {
+        "name": "per_layer", "budget": 8, "sink": 0, "recent": 0, "schedule": "adaptive", "beta": 20.0,
+        "floor_frac": 0.2,
+    }
+
+
+def test_largest_remainder_keeps_the_sum():
+    assert largest_remainder([Fraction(5, 2), Fraction(5, 2), Fraction(1)], 6) == [3, 2, 1]
+    with pytest.raises(ValueError):
+        largest_remainder([Fraction(1), Fraction(1)], 5)

@@ -1,0 +1,51 @@
+"""Tiny random transformers models built in the tests: no downloads, milliseconds per call."""
+
+from __future__ import annotations
+
+import torch
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
+
+VOCAB = 61
+
+
+def tiny_llama(seed: int = 0, *, kv_heads: int = 2, layers: int = 2) -> LlamaForCausalLM:
+    """2-layer Llama, 4 query heads over ``kv_heads`` KV heads (GQA), float64."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=512,
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=None,
+    )
+    return LlamaForCausalLM(config).eval().double()
+
+
+def tiny_gemma3(seed: int = 0, *, window: int = 6) -> Gemma3ForCausalLM:
+    """Hybrid Gemma 3: layers sliding, sliding, full, sliding (window ``window``), 4 query / 1 KV head."""
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=8,
+        sliding_window=window,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+        max_position_embeddings=512,
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=None,
+    )
+    return Gemma3ForCausalLM(config).eval().double()
+
+
+def random_ids(n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (1, n), generator=torch.Generator().manual_seed(seed))
