@@ -80,6 +80,7 @@ def _decode_from(
     eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [])
     logits = forward(model, feed, cache, torch.arange(position, position + feed.shape[1]))[:, -1]
     position += feed.shape[1]
+    cache.reserve(1, max_new_tokens)
     first_logits = logits[0]
     out: list[int] = []
     for _ in range(max_new_tokens):

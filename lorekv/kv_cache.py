@@ -22,6 +22,9 @@ class PositionedLayer(DynamicLayer):
 
     ``window`` (sliding-window layers) bounds what is stored to the ``window - 1`` newest
     tokens, as the model's own sliding cache does; such layers are never evicted.
+
+    Appending concatenates, which copies the whole layer; :meth:`reserve` preallocates room
+    so that a known number of appends (the futures' tokens, an answer) write in place.
     """
 
     def __init__(self, window: int | None = None) -> None:
@@ -29,6 +32,7 @@ class PositionedLayer(DynamicLayer):
         self.window = window
         self.positions: torch.Tensor | None = None
         self.padded = False
+        self._buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @property
     def is_sliding(self) -> bool:  # type: ignore[override]
@@ -40,6 +44,20 @@ class PositionedLayer(DynamicLayer):
         self.keys, self.values, self.positions = keys, values, positions
         self.padded = padded
         self.is_initialized = True
+        self._buffers = None
+
+    def reserve(self, batch: int, extra: int) -> None:
+        """Hold ``batch`` rows (this layer broadcast to them) with room for ``extra`` more tokens."""
+        if self.window is not None or not self.is_initialized:
+            return
+        _, g, k, d = self.keys.shape
+        keys = self.keys.new_empty(batch, g, k + extra, d)
+        values = self.values.new_empty(batch, g, k + extra, d)
+        positions = self.positions.new_full((batch, g, k + extra), PADDING)
+        keys[:, :, :k], values[:, :, :k], positions[:, :, :k] = self.keys, self.values, self.positions
+        padded = self.padded
+        self.set(keys[:, :, :k], values[:, :, :k], positions[:, :, :k], padded=padded)
+        self._buffers = (keys, values, positions)
 
     def append(
         self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor
@@ -47,6 +65,12 @@ class PositionedLayer(DynamicLayer):
         """Add new tokens at ``positions`` (q,); return keys, values, positions the new queries may see."""
         b, g, q, _ = keys.shape
         new_pos = positions.to(keys.device).view(1, 1, q).expand(b, g, q)
+        if self._buffers is not None and self._fits(b, q):
+            k_buf, v_buf, p_buf = self._buffers
+            start, end = self.keys.shape[2], self.keys.shape[2] + q
+            k_buf[:, :, start:end], v_buf[:, :, start:end], p_buf[:, :, start:end] = keys, values, new_pos
+            self.keys, self.values, self.positions = k_buf[:, :, :end], v_buf[:, :, :end], p_buf[:, :, :end]
+            return self.keys, self.values, self.positions
         if not self.is_initialized:
             full = (keys, values, new_pos)
         else:
@@ -62,13 +86,19 @@ class PositionedLayer(DynamicLayer):
         self.set(keys_, values_, positions_, padded=self.padded)
         return full
 
+    def _fits(self, batch: int, q: int) -> bool:
+        buffer = self._buffers[0]
+        return buffer.shape[0] == batch and self.keys.shape[2] + q <= buffer.shape[2]
+
     def get_seq_length(self) -> int:
         return 0 if not self.is_initialized else self.keys.shape[-2]
 
     def allocated_bytes(self) -> int:
+        """Bytes of key/value storage held, reserved room included."""
         if not self.is_initialized:
             return 0
-        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+        keys, values = (self._buffers[0], self._buffers[1]) if self._buffers is not None else (self.keys, self.values)
+        return keys.numel() * keys.element_size() + values.numel() * values.element_size()
 
     def kept_tokens(self) -> torch.Tensor:
         """(G,) real (non-padding) tokens per KV head, for batch row 0."""
@@ -115,6 +145,11 @@ class PositionedCache(Cache):
     @property
     def is_sliding(self) -> list[bool]:  # type: ignore[override]
         return [layer.is_sliding for layer in self.layers]
+
+    def reserve(self, batch: int, extra: int) -> None:
+        """Room for ``extra`` more tokens in ``batch`` rows in every full-attention layer."""
+        for layer in self.layers:
+            layer.reserve(batch, extra)
 
     def expanded(self, batch: int) -> PositionedCache:
         """A new cache for ``batch`` continuations of this one (batch 1); this one is untouched."""

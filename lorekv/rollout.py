@@ -73,6 +73,7 @@ class ModelRollout:
         check_int_at_least("num_futures", num_futures, 1)
         check_int_at_least("num_tokens", num_tokens, 1)
         cache = self.cache.expanded(num_futures)
+        cache.reserve(num_futures, num_tokens)
         capture = QueryCapture(self.evict_layers)
         logits = self.last_logits.expand(num_futures, -1)
         ids, logprobs, entropies = [], [], []

