@@ -202,20 +202,24 @@ def needle(
         task = make_task(tokenizer, tokens, depth, seed=trial)
         ids = prompt_ids(tokenizer, task)
         for name, config in configs.items():
-            key = f"{name}|B={budget}|n={tokens}|seed={trial}"
+            key = f"{model}|{name}|B={budget}|n={tokens}|seed={trial}"
             if key in results.done():
                 continue
             result, seconds = _run_method(net, tokenizer, config, ids, max_new_tokens)
             answer = tokenizer.decode(result.token_ids, skip_special_tokens=True)
             results.add({
-                "id": key, "method": name, "budget": budget, "tokens": int(ids.shape[1]), "seed": trial,
+                "id": key, "model": model, "method": name, "budget": budget, "haystack": tokens,
+                "tokens": int(ids.shape[1]), "seed": trial,
                 "depth": depth, "answer": answer, "correct": task.is_correct(answer), "seconds": seconds,
                 "stats": None if result.stats is None else result.stats.to_dict(),
             })  # fmt: skip
             typer.echo(f"trial {trial:>3} {name:<14} {'ok ' if task.is_correct(answer) else 'BAD'} {answer.strip()[:40]!r}")
     typer.echo("")
     for name in names:
-        rows = [r for r in results.records if r["method"] == name and r["budget"] == budget]
+        rows = [
+            r for r in results.records
+            if (r["model"], r["method"], r["budget"], r["haystack"]) == (model, name, budget, tokens)
+        ]  # fmt: skip
         if rows:
             ok = sum(r["correct"] for r in rows)
             typer.echo(

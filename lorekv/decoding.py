@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lorekv.attention import forward, prepare
 from lorekv.compressed import CompressedCache, CompressionStats
@@ -35,6 +35,10 @@ class Generation:
     first_logits: torch.Tensor
     stats: CompressionStats | None
     decode_seconds: float
+
+    def text(self, tokenizer: PreTrainedTokenizerBase) -> str:
+        """The answer as text, special tokens left out."""
+        return tokenizer.decode(self.token_ids, skip_special_tokens=True)
 
 
 @torch.no_grad()

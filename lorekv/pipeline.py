@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, SerializeAsAny, field_validator
+from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationInfo, field_validator
 from transformers import PreTrainedModel
 
 import lorekv.aggregators  # noqa: F401  (registration)
@@ -54,25 +54,11 @@ class PipelineConfig(BaseModel):
     aggregator: SerializeAsAny[ComponentConfig] = {"name": "mean"}  # type: ignore[assignment]
     policy: SerializeAsAny[ComponentConfig]
 
-    @field_validator("sampler", mode="before")
+    @field_validator("sampler", "scorer", "aggregator", "policy", mode="before")
     @classmethod
-    def _sampler(cls, v: Any) -> ComponentConfig:
-        return SAMPLERS.parse(v)
-
-    @field_validator("scorer", mode="before")
-    @classmethod
-    def _scorer(cls, v: Any) -> ComponentConfig:
-        return SCORERS.parse(v)
-
-    @field_validator("aggregator", mode="before")
-    @classmethod
-    def _aggregator(cls, v: Any) -> ComponentConfig:
-        return AGGREGATORS.parse(v)
-
-    @field_validator("policy", mode="before")
-    @classmethod
-    def _policy(cls, v: Any) -> ComponentConfig:
-        return POLICIES.parse(v)
+    def _component(cls, value: Any, info: ValidationInfo) -> ComponentConfig:
+        registry = {"sampler": SAMPLERS, "scorer": SCORERS, "aggregator": AGGREGATORS, "policy": POLICIES}
+        return registry[info.field_name].parse(value)
 
     @classmethod
     def from_file(cls, path: str | Path) -> PipelineConfig:
@@ -94,21 +80,34 @@ def evictable_layers(model: PreTrainedModel) -> list[int]:
     return [i for i, t in enumerate(types) if t == "full_attention"]
 
 
+def attention_modules(model: PreTrainedModel) -> dict[int, torch.nn.Module]:
+    """Layer index -> attention module (the modules holding ``layer_idx`` and a ``scaling``)."""
+    return {
+        module.layer_idx: module
+        for module in model.modules()
+        if hasattr(module, "layer_idx") and hasattr(module, "scaling")
+    }
+
+
 def check_supported(model: PreTrainedModel) -> None:
-    """Fail early for models lorekv cannot hook into."""
+    """Fail early, before any model work, for models lorekv cannot hook into."""
+    name = type(model).__name__
     if not getattr(model, "_supports_attention_backend", False):
-        raise ValueError(
-            f"{type(model).__name__} does not use transformers' attention interface; lorekv needs it to capture queries"
-        )
+        raise ValueError(f"{name} does not use transformers' attention interface; lorekv needs it to capture queries")
     text = model.config.get_text_config()
     if getattr(text, "attn_logit_softcapping", None):
-        raise ValueError(f"{type(model).__name__} uses attention logit soft-capping, which lorekv does not support")
+        raise ValueError(f"{name} uses attention logit soft-capping, which lorekv does not support")
     layers = evictable_layers(model)
     if not layers:
-        raise ValueError(f"{type(model).__name__} has no full-attention layer to evict from")
-    for name, module in model.named_modules():
-        if hasattr(module, "layer_idx") and hasattr(module, "q_proj") and not hasattr(module, "o_proj"):
-            raise ValueError(f"{name} has no o_proj; lorekv needs the output projection of every attention layer")
+        raise ValueError(f"{name} has no full-attention layer to evict from")
+    modules = attention_modules(model)
+    for idx in layers:
+        projection = getattr(modules.get(idx), "o_proj", None)
+        if not isinstance(projection, torch.nn.Linear):
+            raise ValueError(
+                f"{name}: layer {idx} has no attention module with an `o_proj` linear layer; "
+                "lorekv needs each head's output projection W_o^h"
+            )
 
 
 def _max_positions(model: PreTrainedModel) -> int | None:

@@ -39,8 +39,12 @@ def snapkv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineConfi
 
 
 def pyramidkv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineConfig:
-    """PyramidKV: SnapKV scoring with a pyramid of per-layer budgets."""
-    return _with_policy(snapkv(budget, window, pool_kernel), name="per_layer", schedule="pyramid")
+    """PyramidKV: SnapKV scoring with a pyramid of per-layer budgets.
+
+    The window is not protected: the top layers' budgets (down to B / beta) are smaller than
+    any useful window, and the window's own tokens score high under its queries anyway.
+    """
+    return _with_policy(snapkv(budget, window, pool_kernel), name="per_layer", schedule="pyramid", recent=0)
 
 
 def ada_kv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineConfig:

@@ -49,6 +49,8 @@ def masked_logits(model, ids: torch.Tensor, selection, continuation: torch.Tenso
     """Logits of [last prompt token] + continuation with the FULL cache and a mask hiding evicted entries.
 
     Independent of lorekv's cache and attention: transformers' own SDPA path with a 4-D mask.
+    Hybrid models get a plain causal mask in their sliding layers (use a window longer than
+    the sequence there), so only full-attention layers see the eviction.
     """
     model.set_attn_implementation("sdpa")
     n = ids.shape[1]
@@ -64,6 +66,9 @@ def masked_logits(model, ids: torch.Tensor, selection, continuation: torch.Tenso
         visible[:, :, : n - 1] &= ~evicted.unsqueeze(1)
         visible[:, :, n - 1 :] &= torch.ones(q, q, dtype=torch.bool).tril()
         mask = visible.repeat_interleave(heads // kv_heads, dim=0).unsqueeze(0)
+        if getattr(model.config, "layer_types", None):
+            causal = torch.ones(q, n - 1 + q, dtype=torch.bool).tril(n - 1).view(1, 1, q, -1)
+            mask = {"full_attention": mask, "sliding_attention": causal}
         out = model(fed, cache=cache, attention_mask=mask, use_cache=True)
     return out.logits.float()
 
@@ -167,10 +172,20 @@ def test_hybrid_model_evicts_full_attention_layers_only() -> None:
             assert layer.positions[0, 0].tolist() == list(range(19 - 5, 19)), "sliding layers: last window-1"
 
 
-def test_hybrid_long_prompt_with_eviction_decodes_like_masking_in_full_layers() -> None:
+def test_hybrid_eviction_equals_masking_in_full_attention_layers_only() -> None:
+    model = tiny_gemma3(window=64)
+    ids = random_ids(30, seed=7)
+    compressed = lore(6, sink=1).compress(model, ids)
+    continuation = random_ids(4, seed=3)
+    got = compressed_logits(model, compressed, continuation)
+    expected = masked_logits(model, ids, compressed.selection, continuation)
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_hybrid_prompt_longer_than_the_window_decodes_like_transformers() -> None:
     model = tiny_gemma3(window=6)
     ids = random_ids(18, seed=7)
-    # Budget >= n: eviction is the identity, every layer must match transformers' own decoding.
+    # Budget >= n: eviction is the identity, sliding layers trim and mask by their window.
     expected = reference_greedy(model, ids, 10)
     assert lore(100).generate(model, ids, max_new_tokens=10).token_ids.tolist() == expected.tolist()
 
@@ -282,3 +297,38 @@ def test_oracle_ids_outside_vocabulary_rejected() -> None:
     pipeline = Pipeline({"name": "oracle", "token_ids": [[VOCAB + 3]]}, "loo", "mean", {"name": "uniform", "budget": 4})
     with pytest.raises(ValueError, match="token_ids"):
         pipeline.compress(model, random_ids(10))
+
+
+def test_unsupported_architectures_fail_early() -> None:
+    model = tiny_llama()
+    model._supports_attention_backend = False
+    with pytest.raises(ValueError, match="attention interface"):
+        lore(4).compress(model, random_ids(10))
+    model = tiny_llama()
+    attention = model.model.layers[1].self_attn
+    attention.c_proj = attention.o_proj
+    del attention.o_proj
+    with pytest.raises(ValueError, match="o_proj"):
+        lore(4).compress(model, random_ids(10))
+
+
+def test_ragged_heads_report_allocated_and_kept_bytes() -> None:
+    model = tiny_llama(2, layers=2, kv_heads=2)
+    compressed = lore(7, "per_head", alpha=0.0).compress(model, random_ids(26, seed=6))
+    counts = compressed.selection.counts()
+    per_slot = 2 * 8 * 8  # keys + values, head dim 8, float64
+    assert compressed.stats.bytes_kept == int(counts.sum()) * per_slot
+    assert compressed.stats.bytes_after == int(counts.max(dim=1).values.sum()) * 2 * per_slot
+    assert compressed.stats.bytes_after > compressed.stats.bytes_kept
+    assert counts.sum(dim=1).tolist() == [14, 14], "per-head keeps the layer total G * B"
+
+
+@pytest.mark.parametrize("name", sorted(__import__("lorekv.presets", fromlist=["PRESETS"]).PRESETS))
+def test_every_preset_compresses_to_its_budget(name: str) -> None:
+    from lorekv.presets import preset
+
+    model = tiny_llama(10, layers=2)
+    compressed = Pipeline.from_config(preset(name, 12)).compress(model, random_ids(48, seed=15))
+    counts = compressed.selection.counts()
+    assert int(counts.sum()) == 2 * 2 * 12, "total kept = L * G * B for every policy"
+    assert compressed.stats.candidate_tokens == 47

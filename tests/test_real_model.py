@@ -72,3 +72,22 @@ def test_query_agnostic_context_then_two_questions(smollm2) -> None:
     decode(model, compressed, other.input_ids, 4)
     again = decode(model, compressed, question, 12, eos_token_id=eos(tokenizer))
     assert torch.equal(first.token_ids, again.token_ids), "answering another question must not alter the cache"
+
+
+def test_cli_demo_and_generate(smollm2, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from lorekv.cli import app
+
+    runner = CliRunner()
+    demo = runner.invoke(app, ["demo", "--tokens", "500", "--budget", "64"])
+    assert demo.exit_code == 0, demo.output
+    assert demo.output.count("-> correct") >= 1 and "[LORE-KV]" in demo.output
+    assert "KV bytes:" in demo.output and "sampling" in demo.output
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("The capital of France is Paris. The capital of Italy is Rome. What is the capital of Italy?")
+    out = runner.invoke(app, ["generate", "--preset", "lore_kv", "--budget", "8", "--prompt-file", str(prompt), "--max-new-tokens", "8"])
+    assert out.exit_code == 0, out.output
+    assert '"kept"' in out.output and '"bytes_before"' in out.output
+    bad = runner.invoke(app, ["generate", "--preset", "lore_kv", "--budget", "0", "--prompt-file", str(prompt)])
+    assert bad.exit_code == 2 and "budget" in bad.output

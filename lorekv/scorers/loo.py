@@ -19,20 +19,25 @@ def check_eps(value: float) -> float:
     return check_in_range("eps", value, 0.0, 1.0, low_open=True, high_open=True)
 
 
-class LOOConfig(ScorerConfig):
-    """Config of :class:`LOOScorer`.
+class DeletionConfig(ScorerConfig):
+    """Config shared by the leave-one-out scorers.
 
     Attributes:
         eps: lower bound on 1 - a_j in the renormalisation factor a_j / (1 - a_j), in (0, 1).
     """
 
-    name: Literal["loo"] = "loo"
     eps: float = 1e-6
 
     @field_validator("eps")
     @classmethod
     def _eps(cls, value: float) -> float:
         return check_eps(value)
+
+
+class LOOConfig(DeletionConfig):
+    """Config of :class:`LOOScorer`."""
+
+    name: Literal["loo"] = "loo"
 
 
 @SCORERS.register("loo", LOOConfig)

@@ -6,28 +6,17 @@ from typing import Literal
 
 import torch
 from einops import einsum, rearrange
-from pydantic import field_validator
 
 from lorekv.scorers.attention import causal_attention, merge_heads, split_heads
-from lorekv.scorers.base import SCORERS, Scorer, ScorerConfig
-from lorekv.scorers.loo import check_eps, deletion_scores, refine_dominant
+from lorekv.scorers.base import SCORERS, Scorer
+from lorekv.scorers.loo import DeletionConfig, deletion_scores, refine_dominant
 from lorekv.trajectories import LayerCapture
 
 
-class ProjectedLOOConfig(ScorerConfig):
-    """Config of :class:`ProjectedLOOScorer`.
-
-    Attributes:
-        eps: lower bound on 1 - a_j in the renormalisation factor a_j / (1 - a_j), in (0, 1).
-    """
+class ProjectedLOOConfig(DeletionConfig):
+    """Config of :class:`ProjectedLOOScorer`."""
 
     name: Literal["projected_loo"] = "projected_loo"
-    eps: float = 1e-6
-
-    @field_validator("eps")
-    @classmethod
-    def _eps(cls, value: float) -> float:
-        return check_eps(value)
 
 
 @SCORERS.register("projected_loo", ProjectedLOOConfig)
