@@ -118,12 +118,11 @@ def lorekv_attention(
         positions = active.cache.last_positions[module.layer_idx]
         mask = position_mask(positions, active.query_positions, window)
     group = query.shape[1] // key.shape[1]
-    if group > 1:
-        key = repeat(key, "b g k d -> b (g r) k d", r=group)
-        value = repeat(value, "b g k d -> b (g r) k d", r=group)
-        if mask is not None:
-            mask = repeat(mask, "b g q k -> b (g r) q k", r=group)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=is_causal, scale=scaling)
+    if mask is not None and group > 1:
+        mask = repeat(mask, "b g q k -> b (g r) q k", r=group)
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, is_causal=is_causal, scale=scaling, enable_gqa=group > 1
+    )
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -32,13 +32,14 @@ class ResultsFile:
         return {str(r[self.key]) for r in self.records}
 
     def add(self, record: dict[str, Any]) -> None:
-        self.records.append(record)
+        records = [*self.records, record]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}-")
         try:
             with os.fdopen(fd, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in self.records)
+                f.writelines(json.dumps(r) + "\n" for r in records)
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self.records = records
