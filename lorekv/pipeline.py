@@ -166,11 +166,11 @@ class Pipeline:
                 f"input_ids must hold at least {minimum} token(s) "
                 f"({'query-aware mode re-feeds the last one' if query_aware else 'empty prompt'}), got {n}"
             )
-        window = getattr(self.sampler, "prefill_window", 0)
+        window = self.sampler.prefill_window
         if window > n:
             raise ValueError(f"window must be <= the prompt length {n}, got {window}")
         limit = _max_positions(model)
-        need = n + max(self._future_tokens(), 0) + extra
+        need = n + self._future_tokens() + extra
         if limit is not None and need > limit:
             raise ValueError(
                 f"prompt of {n} tokens plus {need - n} future/answer tokens exceeds the model's context of {limit}"
