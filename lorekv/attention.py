@@ -69,9 +69,7 @@ class _Pass:
 _ACTIVE: ContextVar[_Pass | None] = ContextVar("lorekv_pass", default=None)
 
 
-def position_mask(
-    key_positions: torch.Tensor, query_positions: torch.Tensor, window: int | None
-) -> torch.Tensor:
+def position_mask(key_positions: torch.Tensor, query_positions: torch.Tensor, window: int | None) -> torch.Tensor:
     """(B, G, q, K) bool: key slot visible to query.
 
     Visible iff the slot is not padding, its position is <= the query's, and (sliding

@@ -62,7 +62,11 @@ def _mib(n: int) -> str:
 def _methods(budget: int) -> dict[str, Any]:
     from lorekv.presets import preset
 
-    return {"full cache": None, "LORE-KV": preset("lore_kv", budget), "prompt window (SnapKV)": preset("snapkv", budget)}
+    return {
+        "full cache": None,
+        "LORE-KV": preset("lore_kv", budget),
+        "prompt window (SnapKV)": preset("snapkv", budget),
+    }
 
 
 def _run_method(model, tokenizer, config, ids: torch.Tensor, max_new_tokens: int):
@@ -121,9 +125,13 @@ def demo(
 def generate(
     prompt_file: Annotated[Path, typer.Option(help="Text file with the prompt (the context, with --question-file).")],
     config: Annotated[Path | None, typer.Option(help="Pipeline YAML/JSON file.")] = None,
-    preset: Annotated[str | None, typer.Option(help="A preset name instead of --config (see `lorekv presets`).")] = None,
+    preset: Annotated[
+        str | None, typer.Option(help="A preset name instead of --config (see `lorekv presets`).")
+    ] = None,
     budget: Annotated[int | None, typer.Option(help="Budget for --preset.")] = None,
-    question_file: Annotated[Path | None, typer.Option(help="Query-agnostic use: compress the prompt, then ask this.")] = None,
+    question_file: Annotated[
+        Path | None, typer.Option(help="Query-agnostic use: compress the prompt, then ask this.")
+    ] = None,
     model: ModelOpt = "smollm2-135m-instruct",
     max_new_tokens: int = 64,
     chat: Annotated[bool, typer.Option(help="Wrap the text in the model's chat template.")] = True,
@@ -162,7 +170,9 @@ def _encode(tokenizer, prompt: str, question: str | None, chat: bool) -> tuple[t
     marker = "\u0000SPLIT\u0000"
     user = prompt if question is None else f"{prompt}{marker}{question}"
     if chat and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
+        )
     else:
         text = user
     if question is None:
@@ -213,7 +223,9 @@ def needle(
                 "depth": depth, "answer": answer, "correct": task.is_correct(answer), "seconds": seconds,
                 "stats": None if result.stats is None else result.stats.to_dict(),
             })  # fmt: skip
-            typer.echo(f"trial {trial:>3} {name:<14} {'ok ' if task.is_correct(answer) else 'BAD'} {answer.strip()[:40]!r}")
+            typer.echo(
+                f"trial {trial:>3} {name:<14} {'ok ' if task.is_correct(answer) else 'BAD'} {answer.strip()[:40]!r}"
+            )
     typer.echo("")
     for name in names:
         rows = [
@@ -223,7 +235,8 @@ def needle(
         if rows:
             ok = sum(r["correct"] for r in rows)
             typer.echo(
-                f"{name:<14} {ok}/{len(rows)} correct   median total {statistics.median(r['seconds'] for r in rows):.2f} s"
+                f"{name:<14} {ok}/{len(rows)} correct   "
+                f"median total {statistics.median(r['seconds'] for r in rows):.2f} s"
             )
 
 

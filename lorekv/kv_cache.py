@@ -55,8 +55,7 @@ class PositionedLayer(DynamicLayer):
         values = self.values.new_empty(batch, g, k + extra, d)
         positions = self.positions.new_full((batch, g, k + extra), PADDING)
         keys[:, :, :k], values[:, :, :k], positions[:, :, :k] = self.keys, self.values, self.positions
-        padded = self.padded
-        self.set(keys[:, :, :k], values[:, :, :k], positions[:, :, :k], padded=padded)
+        self.set(keys[:, :, :k], values[:, :, :k], positions[:, :, :k], padded=self.padded)
         self._buffers = (keys, values, positions)
 
     def append(
@@ -99,12 +98,6 @@ class PositionedLayer(DynamicLayer):
             return 0
         keys, values = (self._buffers[0], self._buffers[1]) if self._buffers is not None else (self.keys, self.values)
         return keys.numel() * keys.element_size() + values.numel() * values.element_size()
-
-    def kept_tokens(self) -> torch.Tensor:
-        """(G,) real (non-padding) tokens per KV head, for batch row 0."""
-        if not self.is_initialized:
-            return torch.zeros(0, dtype=torch.long)
-        return (self.positions[0] != PADDING).sum(-1)
 
 
 class PositionedCache(Cache):

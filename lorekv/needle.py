@@ -12,9 +12,9 @@ import random
 import re
 from dataclasses import dataclass
 from functools import cache
+from pydoc_data.topics import topics
 
 import torch
-from pydoc_data.topics import topics
 from transformers import PreTrainedTokenizerBase
 
 KEYS = (

@@ -153,12 +153,16 @@ class Pipeline:
     def _future_tokens(self) -> int:
         return int(getattr(self.sampler.config, "num_tokens", 0) or 0)
 
-    def check_input(self, model: PreTrainedModel, input_ids: torch.Tensor, *, query_aware: bool, extra: int = 0) -> None:
+    def check_input(
+        self, model: PreTrainedModel, input_ids: torch.Tensor, *, query_aware: bool, extra: int = 0
+    ) -> None:
         """Validate a prompt before any model work."""
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
             raise ValueError("input_ids must be a (1, n) tensor of token ids")
         if input_ids.shape[0] != 1:
-            raise ValueError(f"input_ids must have batch size 1 (batched prompts are not supported), got {input_ids.shape[0]}")
+            raise ValueError(
+                f"input_ids must have batch size 1 (batched prompts are not supported), got {input_ids.shape[0]}"
+            )
         n = input_ids.shape[1]
         minimum = 2 if query_aware else 1
         if n < minimum:

@@ -17,7 +17,9 @@ def _with_policy(config: PipelineConfig, **changes: object) -> PipelineConfig:
     return PipelineConfig.model_validate({**config.model_dump(), "policy": {**config.policy.model_dump(), **changes}})
 
 
-def lore_kv(budget: int, num_futures: int = 4, num_tokens: int = 8, temperature: float = 1.0, seed: int = 0) -> PipelineConfig:
+def lore_kv(
+    budget: int, num_futures: int = 4, num_tokens: int = 8, temperature: float = 1.0, seed: int = 0
+) -> PipelineConfig:
     """LORE-KV: M sampled futures of T tokens, projected leave-one-out scores, mean over futures."""
     return PipelineConfig(
         sampler={"name": "temperature", "num_futures": num_futures, "num_tokens": num_tokens,

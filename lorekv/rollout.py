@@ -47,9 +47,7 @@ class ModelRollout:
         self.prompt_ids = input_ids
         self.prompt_length = input_ids.shape[1]
         self.evict_layers = frozenset(evict_layers)
-        self._prefill_capture = (
-            QueryCapture(self.evict_layers, last=prefill_window) if prefill_window > 0 else None
-        )
+        self._prefill_capture = QueryCapture(self.evict_layers, last=prefill_window) if prefill_window > 0 else None
         n = self.prompt_length
         keep = min(prefill_window + 1, n)
         self.cache = PositionedCache.for_model(model.config)

@@ -26,9 +26,7 @@ def check_in_range(
 
 def check_shape(name: str, tensor: torch.Tensor, expected: Sequence[int | None]) -> None:
     """``expected`` lists the sizes; ``None`` accepts any size in that dimension."""
-    ok = tensor.dim() == len(expected) and all(
-        e is None or s == e for s, e in zip(tensor.shape, expected, strict=True)
-    )
+    ok = tensor.dim() == len(expected) and all(e is None or s == e for s, e in zip(tensor.shape, expected, strict=True))
     if not ok:
         shown = tuple("*" if e is None else e for e in expected)
         raise ValueError(f"{name} must have shape {shown}, got {tuple(tensor.shape)}")

@@ -127,9 +127,7 @@ def make_trajectories(layers: tuple[LayerCapture, ...], seed: int = 0) -> Trajec
 
 
 @st.composite
-def trajectories(
-    draw: st.DrawFn, *, kind: Kind | None = None, max_layers: int = 3, **dims_kwargs: int
-) -> Trajectories:
+def trajectories(draw: st.DrawFn, *, kind: Kind | None = None, max_layers: int = 3, **dims_kwargs: int) -> Trajectories:
     """Random :class:`Trajectories` of 1..``max_layers`` layers with the same sizes.
 
     Layers differ in their tensors and may differ in head dim and hidden size; M, T, n, R,

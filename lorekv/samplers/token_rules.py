@@ -62,9 +62,7 @@ def temperature(logits: torch.Tensor, temperature: float, generator: torch.Gener
     return _draw(_scaled_probs(logits, temperature), generator)
 
 
-def nucleus(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
-) -> torch.Tensor:
+def nucleus(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
     """(M,) long: top-p (nucleus) sampling from softmax(logits / temperature), logits (M, V).
 
     Per row, the nucleus is the smallest set of most likely tokens whose total probability
