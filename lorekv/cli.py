@@ -190,11 +190,16 @@ def needle(
     budget: BudgetOpt = 64,
     tokens: int = 1250,
     methods: Annotated[str, typer.Option(help="Comma-separated: full and/or preset names.")] = "full,lore_kv,snapkv",
+    config: Annotated[
+        list[Path] | None,
+        typer.Option(help="Pipeline YAML/JSON files run as extra methods named by file stem, at --budget."),
+    ] = None,
     model: ModelOpt = "smollm2-135m-instruct",
     max_new_tokens: int = 16,
 ) -> None:
     """Needle-in-a-haystack accuracy of several methods at one budget (resumable)."""
     from lorekv.needle import make_task, prompt_ids
+    from lorekv.pipeline import PipelineConfig
     from lorekv.presets import PRESETS, preset
     from lorekv.results import ResultsFile
 
@@ -205,6 +210,11 @@ def needle(
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     configs = {m: None if m == "full" else preset(m, budget) for m in names}
+    for path in config or []:
+        loaded = PipelineConfig.from_file(path).model_dump()
+        loaded["policy"]["budget"] = budget
+        configs[path.stem] = PipelineConfig.model_validate(loaded)
+    names = list(configs)
     results = ResultsFile(out)
     net, tokenizer = _load(model)
     for trial in range(trials):

@@ -108,3 +108,23 @@ def test_gemma3_bundled_hybrid_model_evicts_full_attention_layers() -> None:
     assert result.stats.layer_indices == (5, 11, 17)
     assert result.stats.kept == ((64,), (64,), (64,))
     assert "Paris" in tokenizer.decode(result.token_ids)
+
+
+def test_cli_needle_runs_configs_and_resumes(smollm2, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from lorekv.cli import app
+
+    config = tmp_path / "loo_variant.yaml"
+    config.write_text(preset("lore_kv", 999).to_yaml().replace("projected_loo", "loo"))
+    out = tmp_path / "r.jsonl"
+    args = ["needle", "--trials", "1", "--tokens", "300", "--budget", "32", "--methods", "full"]
+    args += ["--config", str(config), "--out", str(out)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["method"] for r in rows] == ["full", "loo_variant"]
+    assert rows[1]["stats"]["kept"][0] == [32, 32, 32], "--budget overrides the file's budget"
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "trial" not in again.output, "finished trials are not redone"
+    assert len(out.read_text().splitlines()) == 2
