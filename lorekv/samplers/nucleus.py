@@ -8,9 +8,8 @@ import torch
 from pydantic import Field
 
 from lorekv.samplers import token_rules
-from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, check_futures
-from lorekv.samplers.temperature import TemperatureConfig
-from lorekv.trajectories import Trajectories
+from lorekv.samplers.base import SAMPLERS, TokenRule
+from lorekv.samplers.temperature import TemperatureConfig, TemperatureSampler
 
 
 class NucleusConfig(TemperatureConfig):
@@ -28,20 +27,10 @@ class NucleusConfig(TemperatureConfig):
 
 
 @SAMPLERS.register("nucleus", NucleusConfig)
-class NucleusSampler(Sampler):
+class NucleusSampler(TemperatureSampler):
     """M futures of T tokens, each drawn by top-p sampling at the configured temperature."""
 
     config: NucleusConfig
 
-    def __init__(self, config: NucleusConfig) -> None:
-        super().__init__(config)
-
-    def sample(self, rollout: Rollout) -> Trajectories:
-        """Futures of shape (M, T)."""
-        cfg = self.config
-        generator = rollout.generator(cfg.seed)
-
-        def rule(logits: torch.Tensor) -> torch.Tensor:
-            return token_rules.nucleus(logits, cfg.temperature, cfg.top_p, generator)
-
-        return check_futures(rollout.decode(rule, cfg.num_futures, cfg.num_tokens), cfg.num_futures, cfg.num_tokens)
+    def rule(self, generator: torch.Generator) -> TokenRule:
+        return lambda logits: token_rules.nucleus(logits, self.config.temperature, self.config.top_p, generator)

@@ -8,7 +8,7 @@ import torch
 from pydantic import Field
 
 from lorekv.samplers import token_rules
-from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, check_futures
+from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, TokenRule, check_futures
 from lorekv.trajectories import Trajectories
 
 
@@ -37,15 +37,12 @@ class TemperatureSampler(Sampler):
 
     config: TemperatureConfig
 
-    def __init__(self, config: TemperatureConfig) -> None:
-        super().__init__(config)
+    def rule(self, generator: torch.Generator) -> TokenRule:
+        """The token rule, drawing from ``generator``."""
+        return lambda logits: token_rules.temperature(logits, self.config.temperature, generator)
 
     def sample(self, rollout: Rollout) -> Trajectories:
         """Futures of shape (M, T)."""
         cfg = self.config
-        generator = rollout.generator(cfg.seed)
-
-        def rule(logits: torch.Tensor) -> torch.Tensor:
-            return token_rules.temperature(logits, cfg.temperature, generator)
-
-        return check_futures(rollout.decode(rule, cfg.num_futures, cfg.num_tokens), cfg.num_futures, cfg.num_tokens)
+        futures = rollout.decode(self.rule(rollout.generator(cfg.seed)), cfg.num_futures, cfg.num_tokens)
+        return check_futures(futures, cfg.num_futures, cfg.num_tokens)
