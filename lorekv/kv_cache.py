@@ -99,6 +99,13 @@ class PositionedLayer(DynamicLayer):
         keys, values = (self._buffers[0], self._buffers[1]) if self._buffers is not None else (self.keys, self.values)
         return keys.numel() * keys.element_size() + values.numel() * values.element_size()
 
+    def kept_bytes(self) -> int:
+        """Bytes of the real (non-padding) entries alone."""
+        if not self.is_initialized:
+            return 0
+        per_slot = self.keys.shape[-1] * (self.keys.element_size() + self.values.element_size())
+        return int((self.positions != PADDING).sum()) * per_slot
+
 
 class PositionedCache(Cache):
     """A cache of :class:`PositionedLayer`; feed it with :func:`lorekv.attention.forward`.
@@ -163,3 +170,6 @@ class PositionedCache(Cache):
 
     def allocated_bytes(self) -> int:
         return sum(layer.allocated_bytes() for layer in self.layers)
+
+    def kept_bytes(self) -> int:
+        return sum(layer.kept_bytes() for layer in self.layers)

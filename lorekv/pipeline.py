@@ -217,7 +217,7 @@ class Pipeline:
             kept=tuple(tuple(int(c) for c in row) for row in selection.counts().tolist()),
             bytes_before=rollout.cache.allocated_bytes(),
             bytes_after=cache.allocated_bytes(),
-            bytes_kept=_kept_bytes(cache),
+            bytes_kept=cache.kept_bytes(),
             seconds=seconds,
         )
         pending = input_ids[:, n - 1 :] if query_aware else input_ids[:, :0]
@@ -271,12 +271,3 @@ def gather(source: PositionedCache, selection: Selection, *, limit: int) -> Posi
             keep = src.positions[0, 0] < limit
             dst.set(src.keys[:, :, keep], src.values[:, :, keep], src.positions[:, :, keep], padded=src.padded)
     return out
-
-
-def _kept_bytes(cache: PositionedCache) -> int:
-    total = 0
-    for layer in cache.layers:
-        if layer.is_initialized:
-            per_slot = layer.keys.shape[-1] * (layer.keys.element_size() + layer.values.element_size())
-            total += int((layer.positions != PADDING).sum()) * per_slot
-    return total

@@ -8,7 +8,7 @@ prompt's own cache is never touched by the futures, and their KV is dropped with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers import PreTrainedModel
@@ -116,24 +116,12 @@ class ModelRollout:
         lp = torch.cat([lp.new_zeros(pad), lp]).unsqueeze(0)
         ent = torch.cat([ent.new_zeros(pad), ent]).unsqueeze(0)
         capture = self._prefill_capture
-        layers = []
-        for idx in sorted(self.evict_layers):
-            prompt = self.cache.layers[idx]
-            empty = prompt.keys[:, :, :0]
-            layers.append(
-                LayerCapture(
-                    layer_idx=idx,
-                    queries=capture.stacked(idx)[:, :, -window:],
-                    query_positions=torch.arange(n - window, n, device=prompt.keys.device),
-                    prompt_keys=prompt.keys[0],
-                    prompt_values=prompt.values[0],
-                    response_keys=empty,
-                    response_values=prompt.values[:, :, :0],
-                    o_proj=capture.o_proj[idx],
-                    scaling=capture.scaling[idx],
-                )
-            )
-        return Trajectories(tokens, lp, ent, tuple(layers), n)
+
+        def window_queries(idx: int) -> torch.Tensor:
+            return capture.stacked(idx)[:, :, -window:]
+
+        layers = self._layers(window_queries, torch.arange(n - window, n), capture, None)
+        return Trajectories(tokens, lp, ent, layers, n)
 
     def _trajectories(
         self,
@@ -144,20 +132,41 @@ class ModelRollout:
         cache: PositionedCache,
     ) -> Trajectories:
         n, t = self.prompt_length, token_ids.shape[1]
+        layers = self._layers(capture.stacked, torch.arange(n, n + t), capture, cache)
+        return Trajectories(token_ids, logprobs, entropies, layers, n)
+
+    def _layers(
+        self,
+        queries: Callable[[int], torch.Tensor],
+        query_positions: torch.Tensor,
+        capture: QueryCapture,
+        futures: PositionedCache | None,
+    ) -> tuple[LayerCapture, ...]:
+        """One :class:`LayerCapture` per evictable layer.
+
+        Args:
+            queries: layer index -> (M, H, T, d) captured queries.
+            query_positions: (T,) their positions.
+            capture: where the output projections and scales were recorded.
+            futures: the futures' cache, whose entries after the prompt are the response
+                keys/values (None: no response keys, the prompt-window control).
+        """
+        n = self.prompt_length
         layers = []
         for idx in sorted(self.evict_layers):
-            prompt, future = self.cache.layers[idx], cache.layers[idx]
+            prompt = self.cache.layers[idx]
+            source = prompt if futures is None else futures.layers[idx]
             layers.append(
                 LayerCapture(
                     layer_idx=idx,
-                    queries=capture.stacked(idx),
-                    query_positions=torch.arange(n, n + t, device=prompt.keys.device),
+                    queries=queries(idx),
+                    query_positions=query_positions.to(prompt.keys.device),
                     prompt_keys=prompt.keys[0],
                     prompt_values=prompt.values[0],
-                    response_keys=future.keys[:, :, n:],
-                    response_values=future.values[:, :, n:],
+                    response_keys=source.keys[:, :, n:],
+                    response_values=source.values[:, :, n:],
                     o_proj=capture.o_proj[idx],
                     scaling=capture.scaling[idx],
                 )
             )
-        return Trajectories(token_ids, logprobs, entropies, tuple(layers), n)
+        return tuple(layers)

@@ -109,8 +109,8 @@ def load_bundled(
     target = root / bundled.name
     model, tokenizer = _read_cache(target, key, dtype)
     if model is None:
-        model, tokenizer = _load_gguf(gguf, dtype)
-        _write_cache(target, model, tokenizer, key)
+        dequantised, tokenizer = _load_gguf(gguf, torch.float32)
+        _write_cache(target, dequantised, tokenizer, key)
         model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
     elif tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

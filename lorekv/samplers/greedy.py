@@ -34,9 +34,6 @@ class GreedySampler(Sampler):
 
     config: GreedyConfig
 
-    def __init__(self, config: GreedyConfig) -> None:
-        super().__init__(config)
-
     def sample(self, rollout: Rollout) -> Trajectories:
         """Futures of shape (1, T)."""
         t = self.config.num_tokens

@@ -55,9 +55,6 @@ class OracleSampler(Sampler):
 
     config: OracleConfig
 
-    def __init__(self, config: OracleConfig) -> None:
-        super().__init__(config)
-
     def sample(self, rollout: Rollout) -> Trajectories:
         """Futures of shape (M, T) holding exactly ``config.token_ids``."""
         ids = torch.tensor(self.config.token_ids, dtype=torch.long)

@@ -31,9 +31,6 @@ class PromptWindowSampler(Sampler):
 
     config: PromptWindowConfig
 
-    def __init__(self, config: PromptWindowConfig) -> None:
-        super().__init__(config)
-
     @property
     def prefill_window(self) -> int:
         """w: the prefill must capture the queries of the last w prompt tokens."""
