@@ -3,7 +3,9 @@
 A needle ("The special magic number for <key> is <value>.") is placed at a chosen depth in a
 haystack of real English sentences from the Python reference manual, and the model is asked
 for the value. The answer is correct when the value appears in the decoded text. Everything
-is drawn from a seeded generator, so a task is reproducible from (seed, length, depth).
+is drawn from a seeded generator, so a task is reproducible from (seed, length, depth) on
+one Python build; ``pydoc_data`` differs between builds (pyenv and Debian's 3.11 ship
+different text), and so do the prompts.
 """
 
 from __future__ import annotations

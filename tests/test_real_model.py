@@ -70,9 +70,13 @@ def test_query_agnostic_context_then_two_questions(smollm2) -> None:
     model, tokenizer = smollm2
     task = make_task(tokenizer, 600, depth=0.3, seed=3)
     context, question = context_and_question_ids(tokenizer, task)
-    compressed = Pipeline.from_config(preset("lore_kv", 384)).compress(model, context, query_aware=False)
+    whole = generate_full(model, torch.cat([context, question], 1), 12, eos_token_id=eos(tokenizer))
+    assert task.is_correct(tokenizer.decode(whole.token_ids, skip_special_tokens=True))
+    everything = Pipeline.from_config(preset("lore_kv", 4096)).compress(model, context, query_aware=False)
+    same = decode(model, everything, question, 12, eos_token_id=eos(tokenizer))
+    assert torch.equal(same.token_ids, whole.token_ids), "B >= n: the context then the question, uncompressed"
+    compressed = Pipeline.from_config(preset("lore_kv", 128)).compress(model, context, query_aware=False)
     first = decode(model, compressed, question, 12, eos_token_id=eos(tokenizer))
-    assert task.is_correct(tokenizer.decode(first.token_ids, skip_special_tokens=True))
     other = tokenizer("\n\nWhat is the special magic number? It is", add_special_tokens=False, return_tensors="pt")
     decode(model, compressed, other.input_ids, 4)
     again = decode(model, compressed, question, 12, eos_token_id=eos(tokenizer))
