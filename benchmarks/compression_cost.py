@@ -15,10 +15,8 @@ import statistics
 
 import torch
 
-from lorekv.models import load
-from lorekv.needle import make_task, prompt_ids
-from lorekv.pipeline import Pipeline
-from lorekv.presets import preset
+from lorekv import Pipeline, load, preset
+from lorekv.eval import make_task, prompt_ids
 
 
 def main() -> None:

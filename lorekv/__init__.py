@@ -1,0 +1,65 @@
+"""lorekv: future-aware KV-cache eviction for PyTorch and Hugging Face transformers.
+
+The public API::
+
+    from lorekv import Pipeline, PipelineConfig, preset, load, decode, generate_full
+
+Every method is a 4-tuple (sampler, scorer, aggregator, policy): :class:`Pipeline` runs one
+on a model, :class:`PipelineConfig` is its YAML/JSON form, :func:`preset` builds published
+methods by name, :func:`load` loads a model and its tokenizer, :func:`decode` answers from a
+compressed cache and :func:`generate_full` is the full-cache baseline.
+
+The names are imported on first use, so that ``import lorekv.scorers`` (or any other
+component family) does not import transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Pipeline": "lorekv.pipeline",
+    "PipelineConfig": "lorekv.pipeline",
+    "preset": "lorekv.presets",
+    "PRESETS": "lorekv.presets",
+    "load": "lorekv.models",
+    "decode": "lorekv.hf",
+    "generate_full": "lorekv.hf",
+    "CompressedCache": "lorekv.hf",
+    "CompressionStats": "lorekv.hf",
+    "Generation": "lorekv.hf",
+}
+
+__all__ = [
+    "PRESETS",
+    "CompressedCache",
+    "CompressionStats",
+    "Generation",
+    "Pipeline",
+    "PipelineConfig",
+    "decode",
+    "generate_full",
+    "load",
+    "preset",
+]
+
+if TYPE_CHECKING:
+    from lorekv.hf import CompressedCache, CompressionStats, Generation, decode, generate_full
+    from lorekv.models import load
+    from lorekv.pipeline import Pipeline, PipelineConfig
+    from lorekv.presets import PRESETS, preset
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'lorekv' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -2,20 +2,26 @@
 
 import functools
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-import torch
 import typer
+import yaml
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Future-aware KV-cache eviction.")
 
 ModelOpt = Annotated[str, typer.Option(help="Bundled name, local directory, .gguf file or hub id.")]
 BudgetOpt = Annotated[int, typer.Option(help="Kept tokens per KV head on average (B).")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override a pipeline field, e.g. --set policy.budget=64 (repeatable; values parsed as YAML).",
+    ),
+]
 
 
 def _fail(error: Exception) -> None:
@@ -46,40 +52,19 @@ def _load(model: str):
     return loaded
 
 
-def _eos(tokenizer) -> list[int]:
-    ids = {tokenizer.eos_token_id}
-    for token in ("<|im_end|>", "<end_of_turn>", "<|endoftext|>"):
-        found = tokenizer.convert_tokens_to_ids(token)
-        if isinstance(found, int) and found != tokenizer.unk_token_id:
-            ids.add(found)
-    return sorted(i for i in ids if i is not None)
+def _overrides(items: list[str] | None) -> dict[str, Any]:
+    """``["policy.budget=64", ...]`` -> ``{"policy.budget": 64, ...}`` (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        path, sep, value = item.partition("=")
+        if not sep or not path.strip():
+            raise ValueError(f"--set {item!r}: expected <part>.<field>=<value>, e.g. policy.budget=64")
+        out[path.strip()] = yaml.safe_load(value)
+    return out
 
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:.2f} MiB"
-
-
-def _methods(budget: int) -> dict[str, Any]:
-    from lorekv.presets import preset
-
-    return {
-        "full cache": None,
-        "LORE-KV": preset("lore_kv", budget),
-        "prompt window (SnapKV)": preset("snapkv", budget),
-    }
-
-
-def _run_method(model, tokenizer, config, ids: torch.Tensor, max_new_tokens: int):
-    from lorekv.decoding import generate_full
-    from lorekv.pipeline import Pipeline
-
-    eos = _eos(tokenizer)
-    start = time.perf_counter()
-    if config is None:
-        result = generate_full(model, ids, max_new_tokens, eos_token_id=eos)
-    else:
-        result = Pipeline.from_config(config).generate(model, ids, max_new_tokens, eos_token_id=eos)
-    return result, time.perf_counter() - start
 
 
 @app.command()
@@ -93,9 +78,14 @@ def demo(
     max_new_tokens: int = 16,
 ) -> None:
     """Answer one needle-in-a-haystack question with the full cache, LORE-KV and the prompt-window control."""
-    from lorekv.needle import make_task, prompt_ids
+    from lorekv.eval import make_task, prompt_ids, run_method
+    from lorekv.presets import preset
 
-    methods = _methods(budget)
+    methods = {
+        "full cache": None,
+        "LORE-KV": preset("lore_kv", budget),
+        "prompt window (SnapKV)": preset("snapkv", budget),
+    }
     net, tokenizer = _load(model)
     task = make_task(tokenizer, tokens, depth, seed)
     ids = prompt_ids(tokenizer, task)
@@ -103,8 +93,8 @@ def demo(
     typer.echo(f"Budget: {budget} tokens per KV head.\n")
     for name, config in methods.items():
         typer.echo(f"[{name}] running ...")
-        result, seconds = _run_method(net, tokenizer, config, ids, max_new_tokens)
-        answer = tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()
+        result, seconds = run_method(net, tokenizer, config, ids, max_new_tokens)
+        answer = result.text(tokenizer).strip()
         verdict = "correct" if task.is_correct(answer) else "wrong"
         typer.echo(f"  answer: {task.answer_prefix} {answer!r} -> {verdict}")
         if result.stats is None:
@@ -129,6 +119,7 @@ def generate(
         str | None, typer.Option(help="A preset name instead of --config (see `lorekv presets`).")
     ] = None,
     budget: Annotated[int | None, typer.Option(help="Budget for --preset.")] = None,
+    set_: SetOpt = None,
     question_file: Annotated[
         Path | None, typer.Option(help="Query-agnostic use: compress the prompt, then ask this.")
     ] = None,
@@ -137,7 +128,8 @@ def generate(
     chat: Annotated[bool, typer.Option(help="Wrap the text in the model's chat template.")] = True,
 ) -> None:
     """Compress a prompt with a pipeline and decode an answer; prints the answer and the stats as JSON."""
-    from lorekv.decoding import decode
+    from lorekv.hf import decode
+    from lorekv.models import SPLIT, chat_text, encode, encode_split, end_of_turn_ids
     from lorekv.pipeline import Pipeline, PipelineConfig
     from lorekv.presets import preset as make_preset
 
@@ -148,38 +140,27 @@ def generate(
             raise ValueError("--preset needs --budget")
         pipeline_config = make_preset(preset, budget)
     else:
+        if budget is not None:
+            raise ValueError(f"--budget applies to --preset only; for --config use --set policy.budget={budget}")
         pipeline_config = PipelineConfig.from_file(config)
-    pipeline = Pipeline.from_config(pipeline_config)
+    pipeline = Pipeline.from_config(pipeline_config.override(_overrides(set_)))
     prompt = prompt_file.read_text()
     question = question_file.read_text() if question_file else None
     if not prompt.strip():
         raise ValueError(f"prompt_file {prompt_file} is empty")
     net, tokenizer = _load(model)
-    context_ids, question_ids = _encode(tokenizer, prompt, question, chat)
-    eos = _eos(tokenizer)
-    if question_ids is None:
-        result = pipeline.generate(net, context_ids, max_new_tokens, eos_token_id=eos)
-    else:
-        compressed = pipeline.compress(net, context_ids, query_aware=False)
-        result = decode(net, compressed, question_ids, max_new_tokens, eos_token_id=eos)
-    typer.echo(tokenizer.decode(result.token_ids, skip_special_tokens=True))
-    typer.echo(json.dumps({"stats": result.stats.to_dict(), "decode_seconds": result.decode_seconds}, indent=2))
-
-
-def _encode(tokenizer, prompt: str, question: str | None, chat: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    marker = "\u0000SPLIT\u0000"
-    user = prompt if question is None else f"{prompt}{marker}{question}"
-    if chat and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
+    eos = end_of_turn_ids(tokenizer)
+    text = chat_text(tokenizer, prompt if question is None else prompt + SPLIT + question, chat=chat)
+    if question is None:
+        result = pipeline.generate(
+            net, encode(tokenizer, text, add_special_tokens=not chat), max_new_tokens, eos_token_id=eos
         )
     else:
-        text = user
-    if question is None:
-        return torch.tensor([tokenizer(text, add_special_tokens=not chat)["input_ids"]]), None
-    head, tail = text.split(marker)
-    ids = tokenizer(head, add_special_tokens=not chat)["input_ids"]
-    return torch.tensor([ids]), torch.tensor([tokenizer(tail, add_special_tokens=False)["input_ids"]])
+        context_ids, question_ids = encode_split(tokenizer, text, add_special_tokens=not chat)
+        compressed = pipeline.compress(net, context_ids, query_aware=False)
+        result = decode(net, compressed, question_ids, max_new_tokens, eos_token_id=eos)
+    typer.echo(result.text(tokenizer))
+    typer.echo(json.dumps({"stats": result.stats.to_dict(), "decode_seconds": result.decode_seconds}, indent=2))
 
 
 @app.command()
@@ -187,77 +168,51 @@ def _encode(tokenizer, prompt: str, question: str | None, chat: bool) -> tuple[t
 def needle(
     out: Annotated[Path, typer.Option(help="Results JSONL; rerunning resumes it.")] = Path("results/needle.jsonl"),
     trials: int = 12,
-    budget: BudgetOpt = 64,
+    budget: Annotated[int, typer.Option(help="Kept tokens per KV head on average (B) for the presets.")] = 64,
     tokens: int = 1250,
     methods: Annotated[str, typer.Option(help="Comma-separated: full and/or preset names.")] = "full,lore_kv,snapkv",
     config: Annotated[
         list[Path] | None,
-        typer.Option(help="Pipeline YAML/JSON files run as extra methods named by file stem, at --budget."),
+        typer.Option(help="Pipeline YAML/JSON files run as extra methods named by file stem, as written."),
     ] = None,
+    set_: SetOpt = None,
     model: ModelOpt = "smollm2-135m-instruct",
     max_new_tokens: int = 16,
 ) -> None:
-    """Needle-in-a-haystack accuracy of several methods at one budget (resumable)."""
-    from lorekv.needle import make_task, prompt_ids
-    from lorekv.pipeline import PipelineConfig
-    from lorekv.presets import PRESETS, preset
-    from lorekv.results import ResultsFile
+    """Needle-in-a-haystack accuracy of several methods (resumable)."""
+    from lorekv.eval import ResultsFile, resolve_methods, run_needle, summarize_needle
 
-    names = [m.strip() for m in methods.split(",") if m.strip()]
-    unknown = [m for m in names if m != "full" and m not in PRESETS]
-    if unknown:
-        raise ValueError(f"methods: unknown {unknown}; choose from full, {', '.join(sorted(PRESETS))}")
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
-    configs = {m: None if m == "full" else preset(m, budget) for m in names}
-    for path in config or []:
-        loaded = PipelineConfig.from_file(path).model_dump()
-        loaded["policy"]["budget"] = budget
-        configs[path.stem] = PipelineConfig.model_validate(loaded)
-    names = list(configs)
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    configs = resolve_methods(names, budget, config or [], _overrides(set_))
     results = ResultsFile(out)
     net, tokenizer = _load(model)
-    for trial in range(trials):
-        depth = (trial % 6 + 0.5) / 6
-        task = make_task(tokenizer, tokens, depth, seed=trial)
-        ids = prompt_ids(tokenizer, task)
-        for name, config in configs.items():
-            key = f"{model}|{name}|B={budget}|n={tokens}|seed={trial}"
-            if key in results.done():
-                continue
-            result, seconds = _run_method(net, tokenizer, config, ids, max_new_tokens)
-            answer = tokenizer.decode(result.token_ids, skip_special_tokens=True)
-            results.add({
-                "id": key, "model": model, "method": name, "budget": budget, "haystack": tokens,
-                "tokens": int(ids.shape[1]), "seed": trial,
-                "depth": depth, "answer": answer, "correct": task.is_correct(answer), "seconds": seconds,
-                "stats": None if result.stats is None else result.stats.to_dict(),
-            })  # fmt: skip
-            typer.echo(
-                f"trial {trial:>3} {name:<14} {'ok ' if task.is_correct(answer) else 'BAD'} {answer.strip()[:40]!r}"
-            )
+
+    def report(row: dict[str, Any]) -> None:
+        verdict = "ok " if row["correct"] else "BAD"
+        typer.echo(f"trial {row['seed']:>3} {row['method']:<14} {verdict} {row['answer'].strip()[:40]!r}")
+
+    run_needle(
+        net, tokenizer, model_name=model, methods=configs, results=results, trials=trials, tokens=tokens,
+        max_new_tokens=max_new_tokens, report=report,
+    )  # fmt: skip
     typer.echo("")
-    for name in names:
-        rows = [
-            r for r in results.records
-            if (r["model"], r["method"], r["budget"], r["haystack"]) == (model, name, budget, tokens)
-        ]  # fmt: skip
-        if rows:
-            ok = sum(r["correct"] for r in rows)
-            typer.echo(
-                f"{name:<14} {ok}/{len(rows)} correct   "
-                f"median total {statistics.median(r['seconds'] for r in rows):.2f} s"
-            )
+    for row in summarize_needle(results, model_name=model, methods=configs, tokens=tokens):
+        budget_text = "full" if row.budget is None else f"B={row.budget}"
+        typer.echo(
+            f"{row.method:<14} {budget_text:<7} {row.correct}/{row.trials} correct   "
+            f"median total {row.median_seconds:.2f} s"
+        )
 
 
 @app.command()
 def components() -> None:
     """List every registered component by family."""
-    import lorekv.pipeline  # noqa: F401  (registers everything)
-    from lorekv.aggregators.base import AGGREGATORS
-    from lorekv.policies.base import POLICIES
-    from lorekv.samplers.base import SAMPLERS
-    from lorekv.scorers.base import SCORERS
+    from lorekv.aggregators import AGGREGATORS
+    from lorekv.policies import POLICIES
+    from lorekv.samplers import SAMPLERS
+    from lorekv.scorers import SCORERS
 
     for registry in (SAMPLERS, SCORERS, AGGREGATORS, POLICIES):
         typer.echo(f"{registry.family:<10} {', '.join(registry.names())}")

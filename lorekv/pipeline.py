@@ -19,29 +19,42 @@ import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationInfo, field_validator
-from transformers import PreTrainedModel
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationInfo, field_validator
 
 import lorekv.aggregators  # noqa: F401  (registration)
 import lorekv.policies  # noqa: F401
 import lorekv.samplers  # noqa: F401
 import lorekv.scorers  # noqa: F401
 from lorekv.aggregators.base import AGGREGATORS, Aggregator
-from lorekv.attention import prepare
-from lorekv.compressed import CompressedCache, CompressionStats
-from lorekv.decoding import Generation, decode
-from lorekv.kv_cache import PADDING, PositionedCache
+from lorekv.aggregators.mean import MeanConfig
+from lorekv.hf import (
+    CompressedCache,
+    CompressionStats,
+    Generation,
+    ModelRollout,
+    check_supported,
+    decode,
+    evictable_layers,
+    gather,
+    max_positions,
+    prepare,
+)
 from lorekv.policies.base import POLICIES, Policy
 from lorekv.registry import ComponentConfig
-from lorekv.rollout import ModelRollout
-from lorekv.samplers.base import SAMPLERS, Sampler, TokenRule
+from lorekv.samplers.base import SAMPLERS, Sampler
 from lorekv.scorers.base import SCORERS, Scorer
-from lorekv.scores import Scores, Selection
+from lorekv.scores import Scores
+from lorekv.token_rules import TokenRule
 from lorekv.validation import check_int_at_least
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+FAMILIES = ("sampler", "scorer", "aggregator", "policy")
 
 
 class PipelineConfig(BaseModel):
@@ -51,7 +64,7 @@ class PipelineConfig(BaseModel):
 
     sampler: SerializeAsAny[ComponentConfig]
     scorer: SerializeAsAny[ComponentConfig]
-    aggregator: SerializeAsAny[ComponentConfig] = {"name": "mean"}  # type: ignore[assignment]
+    aggregator: SerializeAsAny[ComponentConfig] = Field(default_factory=MeanConfig)
     policy: SerializeAsAny[ComponentConfig]
 
     @field_validator("sampler", "scorer", "aggregator", "policy", mode="before")
@@ -72,46 +85,21 @@ class PipelineConfig(BaseModel):
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
+    def override(self, changes: Mapping[str, Any]) -> PipelineConfig:
+        """A copy with fields replaced by dotted path, e.g. ``{"policy.budget": 64}``.
 
-def evictable_layers(model: PreTrainedModel) -> list[int]:
-    """Full-attention layers; sliding-window layers bound their own cache and are left alone."""
-    text = model.config.get_text_config()
-    types = getattr(text, "layer_types", None) or ["full_attention"] * text.num_hidden_layers
-    return [i for i, t in enumerate(types) if t == "full_attention"]
-
-
-def attention_modules(model: PreTrainedModel) -> dict[int, torch.nn.Module]:
-    """Layer index -> attention module (the modules holding ``layer_idx`` and a ``scaling``)."""
-    return {
-        module.layer_idx: module
-        for module in model.modules()
-        if hasattr(module, "layer_idx") and hasattr(module, "scaling")
-    }
-
-
-def check_supported(model: PreTrainedModel) -> None:
-    """Fail early, before any model work, for models lorekv cannot hook into."""
-    name = type(model).__name__
-    if not getattr(model, "_supports_attention_backend", False):
-        raise ValueError(f"{name} does not use transformers' attention interface; lorekv needs it to capture queries")
-    text = model.config.get_text_config()
-    if getattr(text, "attn_logit_softcapping", None):
-        raise ValueError(f"{name} uses attention logit soft-capping, which lorekv does not support")
-    layers = evictable_layers(model)
-    if not layers:
-        raise ValueError(f"{name} has no full-attention layer to evict from")
-    modules = attention_modules(model)
-    for idx in layers:
-        projection = getattr(modules.get(idx), "o_proj", None)
-        if not isinstance(projection, torch.nn.Linear):
-            raise ValueError(
-                f"{name}: layer {idx} has no attention module with an `o_proj` linear layer; "
-                "lorekv needs each head's output projection W_o^h"
-            )
-
-
-def _max_positions(model: PreTrainedModel) -> int | None:
-    return getattr(model.config.get_text_config(), "max_position_embeddings", None)
+        Each path is ``<part>.<field>`` with part one of sampler, scorer, aggregator, policy;
+        the result is validated like any config, so an unknown field or a bad value is an
+        error naming it. ``"<part>.name"`` switches the part's component (its other fields
+        must then exist on the new one).
+        """
+        data = self.model_dump()
+        for path, value in changes.items():
+            part, _, field = path.partition(".")
+            if part not in FAMILIES or not field or "." in field:
+                raise ValueError(f"override {path!r}: expected <part>.<field> with part one of {', '.join(FAMILIES)}")
+            data[part][field] = value
+        return PipelineConfig.model_validate(data)
 
 
 class Pipeline:
@@ -121,11 +109,9 @@ class Pipeline:
         self,
         sampler: Sampler | ComponentConfig | Mapping[str, Any] | str,
         scorer: Scorer | ComponentConfig | Mapping[str, Any] | str,
-        aggregator: Aggregator | ComponentConfig | Mapping[str, Any] | str = "mean",
-        policy: Policy | ComponentConfig | Mapping[str, Any] | str | None = None,
+        aggregator: Aggregator | ComponentConfig | Mapping[str, Any] | str,
+        policy: Policy | ComponentConfig | Mapping[str, Any],
     ) -> None:
-        if policy is None:
-            raise ValueError("policy is required (it carries the budget), e.g. {'name': 'uniform', 'budget': 64}")
         self.sampler: Sampler = sampler if isinstance(sampler, Sampler) else SAMPLERS.build(sampler)
         self.scorer: Scorer = scorer if isinstance(scorer, Scorer) else SCORERS.build(scorer)
         self.aggregator: Aggregator = (
@@ -173,7 +159,7 @@ class Pipeline:
         window = self.sampler.prefill_window
         if window > n:
             raise ValueError(f"window must be <= the prompt length {n}, got {window}")
-        limit = _max_positions(model)
+        limit = max_positions(model)
         need = n + self._future_tokens() + extra
         if limit is not None and need > limit:
             raise ValueError(
@@ -244,30 +230,3 @@ class Pipeline:
         self.check_input(model, input_ids, query_aware=question_ids is None, extra=extra)
         compressed = self.compress(model, input_ids, query_aware=question_ids is None)
         return decode(model, compressed, question_ids, max_new_tokens, eos_token_id=eos_token_id, rule=rule)
-
-
-def gather(source: PositionedCache, selection: Selection, *, limit: int) -> PositionedCache:
-    """A new cache with the selected entries of evicted layers and positions < ``limit`` elsewhere.
-
-    Heads of one layer that keep different counts are padded to the longest (position -1,
-    masked by the lorekv attention function).
-    """
-    out = PositionedCache([layer.window for layer in source.layers])
-    row = {layer_idx: i for i, layer_idx in enumerate(selection.layer_indices)}
-    for idx, (src, dst) in enumerate(zip(source.layers, out.layers, strict=True)):
-        if idx in row:
-            kept, valid = selection.padded(row[idx])
-            kept = kept.to(src.keys.device)
-            valid = valid.to(src.keys.device)
-            index = kept.view(1, *kept.shape, 1).expand(1, -1, -1, src.keys.shape[-1])
-            positions = torch.where(valid, src.positions[0].gather(1, kept), torch.full_like(kept, PADDING))
-            dst.set(
-                src.keys.gather(2, index),
-                src.values.gather(2, index),
-                positions.unsqueeze(0),
-                padded=not bool(valid.all()),
-            )
-        else:
-            keep = src.positions[0, 0] < limit
-            dst.set(src.keys[:, :, keep], src.values[:, :, keep], src.positions[:, :, keep], padded=src.padded)
-    return out

@@ -14,13 +14,16 @@ from lorekv.pipeline import PipelineConfig
 
 def _with_policy(config: PipelineConfig, **changes: object) -> PipelineConfig:
     """``config`` with its policy's fields updated (same budget and protected tokens)."""
-    return PipelineConfig.model_validate({**config.model_dump(), "policy": {**config.policy.model_dump(), **changes}})
+    return config.override({f"policy.{field}": value for field, value in changes.items()})
 
 
 def lore_kv(
     budget: int, num_futures: int = 4, num_tokens: int = 8, temperature: float = 1.0, seed: int = 0
 ) -> PipelineConfig:
-    """LORE-KV: M sampled futures of T tokens, projected leave-one-out scores, mean over futures."""
+    """LORE-KV: M sampled futures of T tokens, projected leave-one-out scores, mean over futures.
+
+    "Monte Carlo Estimation for KV Cache Eviction", https://arxiv.org/abs/2610.07643.
+    """
     return PipelineConfig(
         sampler={"name": "temperature", "num_futures": num_futures, "num_tokens": num_tokens,
                  "temperature": temperature, "seed": seed},
@@ -31,7 +34,10 @@ def lore_kv(
 
 
 def snapkv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineConfig:
-    """SnapKV: the last ``window`` prompt queries' attention, pooled; the window itself kept."""
+    """SnapKV: the last ``window`` prompt queries' attention, pooled; the window itself kept.
+
+    "SnapKV: LLM Knows What You are Looking for Before Generation", https://arxiv.org/abs/2404.14469.
+    """
     return PipelineConfig(
         sampler={"name": "prompt_window", "window": window},
         scorer={"name": "attention_mass", "pool_kernel": pool_kernel},
@@ -43,6 +49,9 @@ def snapkv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineConfi
 def pyramidkv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineConfig:
     """PyramidKV: SnapKV scoring with a pyramid of per-layer budgets.
 
+    "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling",
+    https://arxiv.org/abs/2406.02069.
+
     The window is not protected: the top layers' budgets (down to B / beta) are smaller than
     any useful window, and the window's own tokens score high under its queries anyway.
     """
@@ -50,12 +59,19 @@ def pyramidkv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineCo
 
 
 def ada_kv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineConfig:
-    """Ada-KV (with SnapKV scoring): heads of a layer share the layer's budget adaptively."""
+    """Ada-KV (with SnapKV scoring): heads of a layer share the layer's budget adaptively.
+
+    "Ada-KV: Optimizing KV Cache Eviction by Adaptive Budget Allocation for Efficient LLM
+    Inference", https://arxiv.org/abs/2407.11550.
+    """
     return _with_policy(snapkv(budget, window, pool_kernel), name="per_head")
 
 
 def tova(budget: int) -> PipelineConfig:
-    """TOVA: the attention of the last prompt token alone."""
+    """TOVA: the attention of the last prompt token alone.
+
+    "Transformers are Multi-State RNNs", https://arxiv.org/abs/2401.06104.
+    """
     return PipelineConfig(
         sampler={"name": "prompt_window", "window": 1},
         scorer={"name": "attention_mass"},
@@ -64,7 +80,10 @@ def tova(budget: int) -> PipelineConfig:
 
 
 def streaming_llm(budget: int, sink: int = 4) -> PipelineConfig:
-    """StreamingLLM: attention sinks and the most recent tokens, nothing scored."""
+    """StreamingLLM: attention sinks and the most recent tokens, nothing scored.
+
+    "Efficient Streaming Language Models with Attention Sinks", https://arxiv.org/abs/2309.17453.
+    """
     return PipelineConfig(
         sampler={"name": "prompt_window", "window": 1},
         scorer={"name": "attention_mass"},
@@ -73,7 +92,11 @@ def streaming_llm(budget: int, sink: int = 4) -> PipelineConfig:
 
 
 def lookahead(budget: int, num_tokens: int = 8) -> PipelineConfig:
-    """Lookahead-style (LAQ): one greedy future, attention mass of its queries."""
+    """Lookahead-style (LAQ): one greedy future, attention mass of its queries.
+
+    After "Lookahead Q-Cache: Achieving More Consistent KV Eviction via Pseudo Query",
+    https://arxiv.org/abs/2505.20334.
+    """
     return PipelineConfig(
         sampler={"name": "greedy", "num_tokens": num_tokens},
         scorer={"name": "attention_mass"},
@@ -93,6 +116,7 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
 
 
 def preset(name: str, budget: int) -> PipelineConfig:
+    """The preset ``name`` at budget B = ``budget`` kept tokens per KV head on average."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
     return PRESETS[name](budget)

@@ -1,9 +1,10 @@
 """Name -> component registries, so that pipelines can be written as YAML/JSON.
 
 Every component family (samplers, scorers, aggregators, policies) owns one :class:`Registry`.
-An implementation registers itself together with its pydantic config class; a config carries
-its registry name in the ``name`` field, so ``registry.build(config)`` or
-``registry.build({"name": "projected_loo", ...})`` rebuilds the component.
+An implementation registers itself with its pydantic config class, whose ``name`` field (a
+``Literal`` with a default) is the registry key: the name is written once, in the config. So
+``registry.build(config)`` or ``registry.build({"name": "projected_loo", ...})`` rebuilds the
+component.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ class Registry(Generic[T]):
         self.family = family
         self._entries: dict[str, tuple[type[ComponentConfig], Callable[[Any], T]]] = {}
 
-    def register(self, name: str, config: type[C]) -> Callable[[type[T]], type[T]]:
-        """Class decorator: register ``cls`` under ``name``; ``cls(config_instance)`` builds it."""
+    def register(self, config: type[C]) -> Callable[[type[T]], type[T]]:
+        """Class decorator: register ``cls`` under ``config``'s ``name``; ``cls(config_instance)`` builds it."""
+        name = config.model_fields["name"].default
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{config.__name__}.name needs a default: the {self.family}'s registry name")
 
         def decorator(cls: type[T]) -> type[T]:
             if name in self._entries:

@@ -7,11 +7,12 @@ import torch
 from tiny_models import VOCAB, random_ids, tiny_gemma3, tiny_llama
 from transformers import DynamicCache
 
-from lorekv.attention import forward, prepare
-from lorekv.decoding import decode
-from lorekv.kv_cache import PADDING
-from lorekv.pipeline import Pipeline, PipelineConfig, evictable_layers
-from lorekv.rollout import ModelRollout
+from lorekv.hf.attention import forward, prepare
+from lorekv.hf.cache import PADDING
+from lorekv.hf.decoding import decode
+from lorekv.hf.introspection import evictable_layers
+from lorekv.hf.rollout import ModelRollout
+from lorekv.pipeline import Pipeline, PipelineConfig
 
 LORE = {"name": "temperature", "num_futures": 3, "num_tokens": 4, "seed": 1}
 
@@ -334,3 +335,25 @@ def test_every_preset_compresses_to_its_budget(name: str) -> None:
     counts = compressed.selection.counts()
     assert int(counts.sum()) == 2 * 2 * 12, "total kept = L * G * B for every policy"
     assert compressed.stats.candidate_tokens == 47
+
+
+def test_pipeline_takes_all_four_parts() -> None:
+    with pytest.raises(TypeError, match="policy"):
+        Pipeline(LORE, "projected_loo", "mean")  # type: ignore[call-arg]
+
+
+def test_config_round_trips_through_the_pipeline_with_a_default_aggregator() -> None:
+    config = PipelineConfig(sampler="greedy", scorer="loo", policy={"name": "uniform", "budget": 4})
+    assert config.aggregator.name == "mean" and not isinstance(config.aggregator, dict)
+    assert Pipeline.from_config(config).config == config
+
+
+def test_override_replaces_fields_by_dotted_path() -> None:
+    config = PipelineConfig(sampler=LORE, scorer="loo", policy={"name": "uniform", "budget": 4})
+    changed = config.override({"policy.budget": 9, "scorer.name": "projected_loo", "sampler.seed": 7})
+    assert (changed.policy.budget, changed.scorer.name, changed.sampler.seed) == (9, "projected_loo", 7)
+    assert config.policy.budget == 4, "the original is unchanged"
+    with pytest.raises(ValueError, match="nope"):
+        config.override({"policy.nope": 1})
+    with pytest.raises(ValueError, match="part"):
+        config.override({"planner.budget": 1})

@@ -7,6 +7,7 @@ scores. Aggregators differ only in the weights.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 import torch
 from einops import einsum
@@ -57,14 +58,28 @@ def weight_dtype(per_future: torch.Tensor) -> torch.dtype:
 
 
 class Aggregator(ABC):
+    """Weights over futures. Subclasses implement :meth:`compute_weights`; the base class
+    validates the inputs once, in :meth:`weights` and :meth:`aggregate`.
+
+    Attributes:
+        uses_token_stats: the weights average ``logprobs``/``entropies`` over T, so the
+            inputs must hold T >= 1 finite values per future.
+    """
+
     config: AggregatorConfig
+    uses_token_stats: ClassVar[bool] = False
 
     def __init__(self, config: AggregatorConfig) -> None:
         self.config = config
 
     @abstractmethod
+    def compute_weights(
+        self, per_future: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor
+    ) -> torch.Tensor:
+        """(M,) weights from validated inputs (see :meth:`weights`)."""
+
     def weights(self, per_future: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor) -> torch.Tensor:
-        """(M,) non-negative weights summing to one.
+        """(M,) non-negative weights summing to one, in at least float32.
 
         Args:
             per_future: (M, L, G, n) scores U_m.
@@ -74,6 +89,8 @@ class Aggregator(ABC):
         Raises:
             ValueError: on inconsistent shapes (see :func:`check_future_inputs`).
         """
+        check_future_inputs(per_future, logprobs, entropies, need_tokens=self.uses_token_stats)
+        return self.compute_weights(per_future, logprobs, entropies)
 
     def aggregate(
         self, per_future: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor
@@ -83,7 +100,6 @@ class Aggregator(ABC):
         The sum is taken in the weights' dtype (at least float32) and U is returned in the
         dtype of ``per_future``.
         """
-        check_future_inputs(per_future, logprobs, entropies)
         w = self.weights(per_future, logprobs, entropies)
         combined = einsum(w, per_future.to(w.dtype), "m, m l g n -> l g n")
         return combined.to(per_future.dtype), w

@@ -8,7 +8,7 @@ from typing import Literal
 import torch
 from pydantic import field_validator
 
-from lorekv.aggregators.base import AGGREGATORS, Aggregator, AggregatorConfig, check_future_inputs, weight_dtype
+from lorekv.aggregators.base import AGGREGATORS, Aggregator, AggregatorConfig, weight_dtype
 from lorekv.validation import check_in_range
 
 
@@ -26,7 +26,7 @@ class LogprobConfig(AggregatorConfig):
         return check_in_range("beta", value, 0.0, math.inf, high_open=True)
 
 
-@AGGREGATORS.register("logprob", LogprobConfig)
+@AGGREGATORS.register(LogprobConfig)
 class LogprobAggregator(Aggregator):
     """w = softmax_m(beta * lp_m), lp_m = (1/T) sum_t logprobs[m, t].
 
@@ -37,10 +37,12 @@ class LogprobAggregator(Aggregator):
     """
 
     config: LogprobConfig
+    uses_token_stats = True
 
-    def weights(self, per_future: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor) -> torch.Tensor:
-        """(M,) softmax weights (see :meth:`Aggregator.weights` for the arguments)."""
-        check_future_inputs(per_future, logprobs, entropies, need_tokens=True)
+    def compute_weights(
+        self, per_future: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor
+    ) -> torch.Tensor:
+        """(M,) softmax weights."""
         mean_logprob = logprobs.to(torch.float64).mean(dim=1)
         w = torch.softmax(self.config.beta * mean_logprob, dim=0)
         return w.to(device=per_future.device, dtype=weight_dtype(per_future))

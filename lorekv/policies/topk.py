@@ -12,7 +12,6 @@ from fractions import Fraction
 
 import torch
 
-from lorekv.policies.base import PolicyConfig
 from lorekv.scores import Scores, Selection
 
 
@@ -25,31 +24,6 @@ def protected_mask(num_tokens: int, sink: int, recent: int, device: torch.device
     """(n,) bool: True on the first ``sink`` and the last ``recent`` candidates."""
     position = torch.arange(num_tokens, device=device)
     return (position < sink) | (position >= num_tokens - recent)
-
-
-def check_scores(scores: Scores, *, non_negative: bool) -> None:
-    """Scores must be finite (and non-negative where a policy normalises them)."""
-    values = scores.values
-    if not values.is_floating_point():
-        raise ValueError(f"scores.values must be a floating tensor, got {values.dtype}")
-    if not bool(torch.isfinite(values).all()):
-        raise ValueError("scores.values must be finite")
-    if non_negative and bool((values < 0).any()):
-        raise ValueError("scores.values must be non-negative for a policy that normalises scores per head")
-
-
-def check_protected_fits(head_budget: int, num_tokens: int, config: PolicyConfig, where: str = "") -> None:
-    """Raise unless a head with ``head_budget`` kept tokens can hold its protected tokens.
-
-    A budget of n or more keeps every candidate and always fits.
-    """
-    p = protected_count(num_tokens, config.sink, config.recent)
-    if head_budget < p:
-        raise ValueError(
-            f"budget {head_budget}{where} is smaller than the protected count "
-            f"min(sink + recent, n) = min({config.sink} + {config.recent}, {num_tokens}) = {p}; "
-            "raise budget or lower sink/recent"
-        )
 
 
 def normalise_per_head(values: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from lorekv.policies.base import POLICIES, Policy, PolicyConfig
-from lorekv.policies.topk import check_protected_fits, check_scores, keep_all, priority, selection_from_mask, top_k_mask
+from lorekv.policies.topk import priority, selection_from_mask, top_k_mask
 from lorekv.scores import Scores, Selection
 
 
@@ -13,7 +13,7 @@ class UniformConfig(PolicyConfig):
     name: Literal["uniform"] = "uniform"
 
 
-@POLICIES.register("uniform", UniformConfig)
+@POLICIES.register(UniformConfig)
 class UniformPolicy(Policy):
     """Top-B per (layer, KV head), protected tokens included (SnapKV, TOVA, StreamingLLM).
 
@@ -23,12 +23,8 @@ class UniformPolicy(Policy):
 
     config: UniformConfig
 
-    def select(self, scores: Scores) -> Selection:
-        """Selection with min(B, n) tokens per head; scores.values (L, G, n) finite."""
+    def choose(self, scores: Scores) -> Selection:
+        """Selection with B tokens per head."""
         cfg = self.config
-        check_scores(scores, non_negative=False)
-        check_protected_fits(cfg.budget, scores.num_tokens, cfg)
-        if cfg.budget >= scores.num_tokens:
-            return keep_all(scores)
         key = priority(scores.values, cfg.sink, cfg.recent)
         return selection_from_mask(top_k_mask(key, cfg.budget), scores.layer_indices)

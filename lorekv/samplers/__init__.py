@@ -4,8 +4,7 @@ Importing this package registers every sampler in :data:`SAMPLERS`:
 ``greedy``, ``temperature``, ``nucleus``, ``prompt_window`` and ``oracle``.
 """
 
-from lorekv.samplers import token_rules
-from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, TokenRule, check_futures
+from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, check_futures
 from lorekv.samplers.greedy import GreedyConfig, GreedySampler
 from lorekv.samplers.nucleus import NucleusConfig, NucleusSampler
 from lorekv.samplers.oracle import OracleConfig, OracleSampler
@@ -27,7 +26,5 @@ __all__ = [
     "SamplerConfig",
     "TemperatureConfig",
     "TemperatureSampler",
-    "TokenRule",
     "check_futures",
-    "token_rules",
 ]

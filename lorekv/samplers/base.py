@@ -9,16 +9,13 @@ without a model and lets the pipeline batch the M futures in one forward pass pe
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import Protocol
 
 import torch
 
 from lorekv.registry import ComponentConfig, Registry
+from lorekv.token_rules import TokenRule
 from lorekv.trajectories import Trajectories
-
-TokenRule = Callable[[torch.Tensor], torch.Tensor]
-"""Maps next-token logits (M, V) to chosen token ids (M,)."""
 
 
 class Rollout(Protocol):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from lorekv.samplers import token_rules
+from lorekv import token_rules
 from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, check_futures
 from lorekv.trajectories import Trajectories
 
@@ -28,7 +28,7 @@ class GreedyConfig(SamplerConfig):
         return 1
 
 
-@SAMPLERS.register("greedy", GreedyConfig)
+@SAMPLERS.register(GreedyConfig)
 class GreedySampler(Sampler):
     """One future of T argmax tokens: the model's single most likely continuation."""
 

@@ -7,9 +7,10 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from lorekv.samplers import token_rules
-from lorekv.samplers.base import SAMPLERS, TokenRule
+from lorekv import token_rules
+from lorekv.samplers.base import SAMPLERS
 from lorekv.samplers.temperature import TemperatureConfig, TemperatureSampler
+from lorekv.token_rules import TokenRule
 
 
 class NucleusConfig(TemperatureConfig):
@@ -26,7 +27,7 @@ class NucleusConfig(TemperatureConfig):
     top_p: float = Field(default=0.9, gt=0.0, le=1.0, allow_inf_nan=False)
 
 
-@SAMPLERS.register("nucleus", NucleusConfig)
+@SAMPLERS.register(NucleusConfig)
 class NucleusSampler(TemperatureSampler):
     """M futures of T tokens, each drawn by top-p sampling at the configured temperature."""
 

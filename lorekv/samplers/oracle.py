@@ -49,7 +49,7 @@ class OracleConfig(SamplerConfig):
         return len(self.token_ids[0])
 
 
-@SAMPLERS.register("oracle", OracleConfig)
+@SAMPLERS.register(OracleConfig)
 class OracleSampler(Sampler):
     """The configured continuations, fed after the prompt as (M, T) futures."""
 

@@ -25,7 +25,7 @@ class PromptWindowConfig(SamplerConfig):
     window: int = Field(default=32, ge=1, strict=True)
 
 
-@SAMPLERS.register("prompt_window", PromptWindowConfig)
+@SAMPLERS.register(PromptWindowConfig)
 class PromptWindowSampler(Sampler):
     """One pseudo-future: the last w prompt tokens' queries (no response keys, R = 0)."""
 

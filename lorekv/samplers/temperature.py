@@ -7,8 +7,9 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from lorekv.samplers import token_rules
-from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, TokenRule, check_futures
+from lorekv import token_rules
+from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, check_futures
+from lorekv.token_rules import TokenRule
 from lorekv.trajectories import Trajectories
 
 
@@ -31,7 +32,7 @@ class TemperatureConfig(SamplerConfig):
     seed: int = Field(default=0, strict=True)
 
 
-@SAMPLERS.register("temperature", TemperatureConfig)
+@SAMPLERS.register(TemperatureConfig)
 class TemperatureSampler(Sampler):
     """M futures of T tokens, each token drawn from softmax(logits / temperature)."""
 

@@ -15,7 +15,7 @@ class AttentionMassConfig(ScorerConfig):
     name: Literal["attention_mass"] = "attention_mass"
 
 
-@SCORERS.register("attention_mass", AttentionMassConfig)
+@SCORERS.register(AttentionMassConfig)
 class AttentionMassScorer(Scorer):
     """s_j(q) = a_j, the softmax weight of prompt token j for query q.
 

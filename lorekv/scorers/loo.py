@@ -40,7 +40,7 @@ class LOOConfig(DeletionConfig):
     name: Literal["loo"] = "loo"
 
 
-@SCORERS.register("loo", LOOConfig)
+@SCORERS.register(LOOConfig)
 class LOOScorer(Scorer):
     """s_j(q) = ||o - o_{-j}||_2 = a_j / (1 - a_j) * ||v_j - o||_2.
 

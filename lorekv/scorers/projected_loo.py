@@ -19,7 +19,7 @@ class ProjectedLOOConfig(DeletionConfig):
     name: Literal["projected_loo"] = "projected_loo"
 
 
-@SCORERS.register("projected_loo", ProjectedLOOConfig)
+@SCORERS.register(ProjectedLOOConfig)
 class ProjectedLOOScorer(Scorer):
     """s_j(q) = ||W_o^h (o - o_{-j})||_2 = a_j / (1 - a_j) * ||W_o^h (v_j - o)||_2.
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lorekv.attention import forward, prepare
-from lorekv.compressed import CompressedCache, CompressionStats
-from lorekv.kv_cache import PositionedCache
-from lorekv.samplers import token_rules
-from lorekv.samplers.base import TokenRule
+from lorekv import token_rules
+from lorekv.hf.attention import forward, prepare
+from lorekv.hf.cache import PositionedCache
+from lorekv.hf.compressed import CompressedCache, CompressionStats
+from lorekv.token_rules import TokenRule
 from lorekv.validation import check_int_at_least
 
 
@@ -80,21 +80,29 @@ def _decode_from(
     stats: CompressionStats | None,
     start: float,
 ) -> Generation:
+    """Feed ``feed`` (1, q) at ``position``.., then decode; the only host read per step is the
+    end-of-sequence test (none without ``eos_token_id``)."""
     rule = rule or token_rules.greedy
-    eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [])
-    logits = forward(model, feed, cache, torch.arange(position, position + feed.shape[1]))[:, -1]
-    position += feed.shape[1]
+    device = feed.device
+    eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
+    eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
+    positions = torch.arange(position, position + feed.shape[1] + max_new_tokens, device=device)
+    logits = forward(model, feed, cache, positions[: feed.shape[1]])[:, -1]
+    positions = positions[feed.shape[1] :]
     cache.reserve(1, max_new_tokens)
     first_logits = logits[0]
-    out: list[int] = []
-    for _ in range(max_new_tokens):
+    out = torch.empty(max_new_tokens, dtype=torch.long, device=device)
+    length = max_new_tokens
+    for step in range(max_new_tokens):
         token = rule(logits)
-        out.append(int(token[0]))
-        if out[-1] in eos or len(out) == max_new_tokens:
+        out[step] = token[0]
+        if step + 1 == max_new_tokens:
             break
-        logits = forward(model, token.view(1, 1), cache, torch.tensor([position]))[:, -1]
-        position += 1
-    return Generation(torch.tensor(out), first_logits, stats, time.perf_counter() - start)
+        if eos_ids and bool(torch.isin(token[0], eos)):
+            length = step + 1
+            break
+        logits = forward(model, token.view(1, 1), cache, positions[step : step + 1])[:, -1]
+    return Generation(out[:length].cpu(), first_logits, stats, time.perf_counter() - start)
 
 
 @torch.no_grad()

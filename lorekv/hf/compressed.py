@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lorekv.kv_cache import PositionedCache
+from lorekv.hf.cache import PositionedCache
 from lorekv.scores import Selection
 
 

@@ -6,15 +6,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lorekv.attention import position_mask
-from lorekv.kv_cache import PADDING, PositionedCache
+from lorekv.hf.attention import position_mask
+from lorekv.hf.cache import PADDING, PositionedCache
+from lorekv.hf.context import ForwardPass, running
 
 
 def feed(cache: PositionedCache, start: int, q: int, batch: int = 1, seed: int = 0) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
     keys, values = torch.randn(batch, 2, q, 4, generator=g), torch.randn(batch, 2, q, 4, generator=g)
-    cache.pending_positions = torch.arange(start, start + q)
-    return cache.update(keys, values, 0)
+    with running(ForwardPass(cache, torch.arange(start, start + q))):
+        return cache.update(keys, values, 0)
 
 
 @given(chunks=st.lists(st.integers(1, 4), min_size=1, max_size=5), room=st.integers(0, 12))

@@ -15,9 +15,14 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pydoc_data.topics import topics
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PreTrainedTokenizerBase
+
+from lorekv.models.tokens import SPLIT, chat_text, encode, encode_split
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 KEYS = (
     "amber", "basalt", "cobalt", "dune", "ember", "fjord", "glacier", "harbor", "indigo", "juniper",
@@ -93,25 +98,15 @@ def make_task(
     return NeedleTask(" ".join(chosen), question, prefix, value, depth)
 
 
-def _chat_text(tokenizer: PreTrainedTokenizerBase, task: NeedleTask) -> tuple[str, str]:
-    """(full prompt text, the prefix that ends with the context)."""
-    marker = "\u0000CONTEXT_END\u0000"
-    user = f"{task.context}{marker}\n\n{task.question}"
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
-        )
-    else:
-        text = f"{user}\nAnswer: "
-    text += task.answer_prefix
-    cut = text.index(marker)
-    return text.replace(marker, ""), text[:cut]
+def prompt_text(tokenizer: PreTrainedTokenizerBase, task: NeedleTask) -> str:
+    """The chat prompt of ``task``, answer prefix included, with :data:`SPLIT` where the context ends."""
+    user = f"{task.context}{SPLIT}\n\n{task.question}"
+    return chat_text(tokenizer, user, plain_suffix="\nAnswer: ") + task.answer_prefix
 
 
 def prompt_ids(tokenizer: PreTrainedTokenizerBase, task: NeedleTask) -> torch.Tensor:
     """(1, n) the whole chat prompt, question included (query-aware use)."""
-    text, _ = _chat_text(tokenizer, task)
-    return torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+    return encode(tokenizer, prompt_text(tokenizer, task))
 
 
 def context_and_question_ids(tokenizer: PreTrainedTokenizerBase, task: NeedleTask) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,8 +114,4 @@ def context_and_question_ids(tokenizer: PreTrainedTokenizerBase, task: NeedleTas
 
     Concatenated, they are exactly :func:`prompt_ids`.
     """
-    text, prefix = _chat_text(tokenizer, task)
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
-    split = next(i for i, (begin, _) in enumerate(offsets) if begin >= len(prefix))
-    return torch.tensor([ids[:split]]), torch.tensor([ids[split:]])
+    return encode_split(tokenizer, prompt_text(tokenizer, task))

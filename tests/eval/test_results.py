@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lorekv.results import ResultsFile
+from lorekv.eval.results import ResultsFile
 
 
 def test_records_survive_a_restart_and_nothing_half_written_is_left(tmp_path) -> None:

@@ -7,17 +7,22 @@ an fp32 one up to the logits themselves. Random rules draw only from the ``gener
 they are given, which makes futures reproducible from a seed.
 
 The samplers bind the parameters (``lambda logits: temperature(logits, t, g)``) and hand the
-resulting :data:`~lorekv.samplers.base.TokenRule` to the rollout.
+resulting :data:`TokenRule` to the rollout. This module is a contract shared by the samplers
+and the transformers binding, so it imports neither.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from lorekv.validation import check_in_range
+
+TokenRule = Callable[[torch.Tensor], torch.Tensor]
+"""Maps next-token logits (M, V) to chosen token ids (M,)."""
 
 
 def _check_logits(logits: torch.Tensor) -> None:
@@ -88,12 +93,16 @@ def nucleus(logits: torch.Tensor, temperature: float, top_p: float, generator: t
     return _draw(kept / kept.sum(dim=-1, keepdim=True), generator)
 
 
-def token_stats(logits: torch.Tensor, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def token_stats(
+    logits: torch.Tensor, token_ids: torch.Tensor, *, validate: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability of the chosen tokens and entropy of the distribution, at temperature 1.
 
     Args:
         logits: (M, V) next-token logits.
         token_ids: (M,) the tokens chosen from them.
+        validate: check shapes and the id range. The range check reads the ids on the host,
+            so decode loops, whose ids come from a :data:`TokenRule`, pass False.
 
     Returns:
         ``(logprobs, entropies)``, both (M,) float32: ``log_softmax(logits)[m, token_ids[m]]``
@@ -104,6 +113,18 @@ def token_stats(logits: torch.Tensor, token_ids: torch.Tensor) -> tuple[torch.Te
     Raises:
         ValueError: wrong shapes, or an id outside [0, V).
     """
+    if validate:
+        _check_token_ids(logits, token_ids)
+    v = logits.shape[-1]
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    logprobs = logp.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)
+    p = logp.exp()
+    plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))
+    entropies = (-plogp.sum(dim=-1)).clamp(min=0.0, max=math.log(v))
+    return logprobs, entropies
+
+
+def _check_token_ids(logits: torch.Tensor, token_ids: torch.Tensor) -> None:
     _check_logits(logits)
     m, v = logits.shape
     if token_ids.shape != (m,):
@@ -112,9 +133,3 @@ def token_stats(logits: torch.Tensor, token_ids: torch.Tensor) -> tuple[torch.Te
         raise ValueError(f"token_ids must be an integer tensor, got {token_ids.dtype}")
     if m > 0 and (token_ids.min() < 0 or token_ids.max() >= v):
         raise ValueError(f"token_ids must lie in [0, {v}), got values in [{token_ids.min()}, {token_ids.max()}]")
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    logprobs = logp.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)
-    p = logp.exp()
-    plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))
-    entropies = (-plogp.sum(dim=-1)).clamp(min=0.0, max=math.log(v))
-    return logprobs, entropies

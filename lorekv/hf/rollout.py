@@ -13,10 +13,9 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from lorekv.attention import QueryCapture, forward
-from lorekv.kv_cache import PositionedCache
-from lorekv.samplers.base import TokenRule
-from lorekv.samplers.token_rules import token_stats
+from lorekv.hf.attention import QueryCapture, forward
+from lorekv.hf.cache import PositionedCache
+from lorekv.token_rules import TokenRule, token_stats
 from lorekv.trajectories import LayerCapture, Trajectories
 from lorekv.validation import check_int_at_least
 
@@ -30,7 +29,7 @@ class ModelRollout:
     n tokens.
 
     Args:
-        model: a causal LM prepared with :func:`lorekv.attention.prepare`.
+        model: a causal LM prepared with :func:`lorekv.hf.attention.prepare`.
         input_ids: (1, n) the prompt.
         evict_layers: the layers whose queries are captured (the evictable ones).
         prefill_window: capture the last ``prefill_window`` prompt queries during prefill.
@@ -61,8 +60,12 @@ class ModelRollout:
         self.last_logits = logits[:, -1]
 
     def _prefill(self, ids: torch.Tensor, start: int, keep: int) -> torch.Tensor:
-        positions = torch.arange(start, start + ids.shape[1])
+        positions = torch.arange(start, start + ids.shape[1], device=ids.device)
         return forward(self.model, ids, self.cache, positions, capture=self._prefill_capture, logits_to_keep=keep)
+
+    def _positions(self, num_tokens: int) -> torch.Tensor:
+        """(T,) the positions n..n+T-1 of a future's tokens, on the model's device."""
+        return torch.arange(self.prompt_length, self.prompt_length + num_tokens, device=self.prompt_ids.device)
 
     def generator(self, seed: int) -> torch.Generator:
         return torch.Generator(device=self.last_logits.device).manual_seed(seed)
@@ -74,13 +77,13 @@ class ModelRollout:
         cache.reserve(num_futures, num_tokens)
         capture = QueryCapture(self.evict_layers)
         logits = self.last_logits.expand(num_futures, -1)
+        positions = self._positions(num_tokens)
         ids, logprobs, entropies = [], [], []
         for t in range(num_tokens):
             token = rule(logits)
-            lp, ent = token_stats(logits, token)
+            lp, ent = token_stats(logits, token, validate=False)
             ids.append(token), logprobs.append(lp), entropies.append(ent)
-            position = torch.tensor([self.prompt_length + t])
-            logits = forward(self.model, token.view(-1, 1), cache, position, capture=capture)[:, -1]
+            logits = forward(self.model, token.view(-1, 1), cache, positions[t : t + 1], capture=capture)[:, -1]
         return self._trajectories(
             torch.stack(ids, 1), torch.stack(logprobs, 1), torch.stack(entropies, 1), capture, cache
         )
@@ -95,8 +98,7 @@ class ModelRollout:
         token_ids = token_ids.to(self.prompt_ids.device)
         cache = self.cache.expanded(m)
         capture = QueryCapture(self.evict_layers)
-        positions = torch.arange(self.prompt_length, self.prompt_length + t)
-        logits = forward(self.model, token_ids, cache, positions, capture=capture, logits_to_keep=t)
+        logits = forward(self.model, token_ids, cache, self._positions(t), capture=capture, logits_to_keep=t)
         before = torch.cat([self.last_logits.expand(m, -1).unsqueeze(1), logits[:, :-1]], dim=1)
         lp, ent = token_stats(before.flatten(0, 1), token_ids.flatten())
         return self._trajectories(token_ids, lp.view(m, t), ent.view(m, t), capture, cache)
@@ -132,7 +134,7 @@ class ModelRollout:
         cache: PositionedCache,
     ) -> Trajectories:
         n, t = self.prompt_length, token_ids.shape[1]
-        layers = self._layers(capture.stacked, torch.arange(n, n + t), capture, cache)
+        layers = self._layers(capture.stacked, self._positions(t), capture, cache)
         return Trajectories(token_ids, logprobs, entropies, layers, n)
 
     def _layers(

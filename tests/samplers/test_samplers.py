@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lorekv import token_rules
 from lorekv.samplers import (
     SAMPLERS,
     GreedyConfig,
@@ -21,9 +22,8 @@ from lorekv.samplers import (
     PromptWindowSampler,
     TemperatureConfig,
     TemperatureSampler,
-    TokenRule,
-    token_rules,
 )
+from lorekv.token_rules import TokenRule
 from lorekv.trajectories import LayerCapture, Trajectories
 
 SETTINGS = settings(deadline=None, max_examples=50)
@@ -444,3 +444,24 @@ def test_registry_round_trip_and_defaults() -> None:
         assert rebuilt == config and type(rebuilt) is type(config)
         assert type(config).model_validate_json(config.model_dump_json()) == config
         assert isinstance(SAMPLERS.build(config), cls)
+
+
+def test_registration_takes_the_name_from_the_config() -> None:
+    from pydantic import Field
+
+    from lorekv.registry import ComponentConfig, Registry
+
+    class Named(ComponentConfig):
+        name: str = "named"
+        x: int = Field(default=1)
+
+    class Nameless(ComponentConfig):
+        pass
+
+    registry: Registry[object] = Registry("thing")
+    registry.register(Named)(lambda config: ("built", config.x))
+    assert registry.names() == ["named"] and registry.build({"name": "named", "x": 3}) == ("built", 3)
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(Named)(object)
+    with pytest.raises(TypeError, match="registry name"):
+        registry.register(Nameless)

@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from lorekv.decoding import decode, generate_full
+from lorekv.eval.needle import context_and_question_ids, make_task, prompt_ids
+from lorekv.hf.decoding import decode, generate_full
 from lorekv.models import BUNDLED, load
 from lorekv.models.bundled import BundledModel
 from lorekv.models.loading import PROBE_CHAT, PROBE_TEXT, _fingerprint, cache_root, load_bundled
-from lorekv.needle import context_and_question_ids, make_task, prompt_ids
 from lorekv.pipeline import Pipeline
 from lorekv.presets import preset
 
@@ -120,15 +120,20 @@ def test_cli_needle_runs_configs_and_resumes(smollm2, tmp_path) -> None:
     from lorekv.cli import app
 
     config = tmp_path / "loo_variant.yaml"
-    config.write_text(preset("lore_kv", 999).to_yaml().replace("projected_loo", "loo"))
+    config.write_text(preset("lore_kv", 40).to_yaml().replace("projected_loo", "loo"))
     out = tmp_path / "r.jsonl"
-    args = ["needle", "--trials", "1", "--tokens", "300", "--budget", "32", "--methods", "full"]
-    args += ["--config", str(config), "--out", str(out)]
+    args = ["needle", "--trials", "1", "--tokens", "300", "--methods", "full", "--config", str(config)]
+    as_written = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "as_written.jsonl")])
+    assert as_written.exit_code == 0, as_written.output
+    row = json.loads((tmp_path / "as_written.jsonl").read_text().splitlines()[1])
+    assert row["budget"] == 40 and row["stats"]["kept"][0] == [40, 40, 40], "the file's budget is used as written"
+
+    args += ["--set", "policy.budget=32", "--out", str(out)]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["method"] for r in rows] == ["full", "loo_variant"]
-    assert rows[1]["stats"]["kept"][0] == [32, 32, 32], "--budget overrides the file's budget"
+    assert rows[1]["stats"]["kept"][0] == [32, 32, 32], "--set policy.budget overrides the file's budget"
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and "trial" not in again.output, "finished trials are not redone"
     assert len(out.read_text().splitlines()) == 2

@@ -3,7 +3,7 @@
 transformers lets a model call a registered attention function with the post-RoPE queries
 (B, H, q, d), the keys/values returned by the cache (B, G, K, d) and the module itself. lorekv
 registers ``"lorekv"``: outside a lorekv forward pass it is plain SDPA; inside one it masks
-by the positions a :class:`~lorekv.kv_cache.PositionedCache` keeps per slot (causality,
+by the positions a :class:`~lorekv.hf.cache.PositionedCache` keeps per slot (causality,
 sliding windows, padding of ragged heads) and records the queries a capture asks for. This
 captures exactly what the model attends with, for every architecture using the interface,
 without copying model code.
@@ -11,8 +11,8 @@ without copying model code.
 
 from __future__ import annotations
 
+import functools
 import inspect
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
@@ -22,7 +22,8 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
 
-from lorekv.kv_cache import PADDING, PositionedCache
+from lorekv.hf.cache import PADDING, PositionedCache
+from lorekv.hf.context import ForwardPass, active_pass, running
 
 ATTENTION_NAME = "lorekv"
 
@@ -59,16 +60,6 @@ class QueryCapture:
         return torch.cat(self.queries[idx], dim=2)
 
 
-@dataclass
-class _Pass:
-    cache: PositionedCache
-    query_positions: torch.Tensor
-    capture: QueryCapture | None
-
-
-_ACTIVE: ContextVar[_Pass | None] = ContextVar("lorekv_pass", default=None)
-
-
 def position_mask(key_positions: torch.Tensor, query_positions: torch.Tensor, window: int | None) -> torch.Tensor:
     """(B, G, q, K) bool: key slot visible to query.
 
@@ -95,7 +86,7 @@ def lorekv_attention(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """Attention over a :class:`PositionedCache`; returns (B, q, H, d) like transformers' SDPA."""
-    active = _ACTIVE.get()
+    active = active_pass()
     if active is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
@@ -113,8 +104,7 @@ def lorekv_attention(
     if q_len > 1 and q_len == k_len and (window is None or q_len <= window) and not layer.padded:
         is_causal = True
     elif q_len > 1 or layer.padded:
-        positions = active.cache.last_positions[module.layer_idx]
-        mask = position_mask(positions, active.query_positions, window)
+        mask = position_mask(active.key_positions[module.layer_idx], active.query_positions, window)
     group = query.shape[1] // key.shape[1]
     if mask is not None and group > 1:
         mask = repeat(mask, "b g q k -> b (g r) q k", r=group)
@@ -132,15 +122,17 @@ def register() -> None:
 
 
 def prepare(model: PreTrainedModel) -> PreTrainedModel:
-    """Switch ``model`` to the lorekv attention function; fail early if it cannot work."""
+    """Switch ``model`` to the lorekv attention function (idempotent)."""
     register()
     if getattr(model.config, "_attn_implementation", None) != ATTENTION_NAME:
         model.set_attn_implementation(ATTENTION_NAME)
     return model
 
 
-def _cache_argument(model: PreTrainedModel) -> str:
-    params = inspect.signature(model.forward).parameters
+@functools.cache
+def _cache_argument(model_type: type) -> str:
+    """The name of the forward argument taking the cache (transformers renamed it in 5.x)."""
+    params = inspect.signature(model_type.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
@@ -161,17 +153,12 @@ def forward(
     """
     batch, q_len = input_ids.shape
     positions = positions.to(input_ids.device)
-    cache.pending_positions = positions
-    token = _ACTIVE.set(_Pass(cache, positions, capture))
-    try:
+    with running(ForwardPass(cache, positions, capture)):
         out = model(
             input_ids=input_ids,
             position_ids=positions.view(1, q_len).expand(batch, q_len),
             use_cache=True,
             logits_to_keep=logits_to_keep,
-            **{_cache_argument(model): cache},
+            **{_cache_argument(type(model)): cache},
         )
-    finally:
-        _ACTIVE.reset(token)
-        cache.pending_positions = None
     return out.logits.float()

@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from transformers import PretrainedConfig
 from transformers.cache_utils import Cache, DynamicLayer
+
+from lorekv.hf.context import active_pass
+from lorekv.hf.introspection import layer_windows
+from lorekv.scores import Selection
 
 PADDING = -1
 
@@ -108,32 +113,23 @@ class PositionedLayer(DynamicLayer):
 
 
 class PositionedCache(Cache):
-    """A cache of :class:`PositionedLayer`; feed it with :func:`lorekv.attention.forward`.
-
-    ``pending_positions`` (q,) are the positions of the tokens of the forward pass in
-    flight (:func:`lorekv.attention.forward` sets them); ``last_positions[l]`` (B, G, K) are
-    the positions of the keys that layer ``l`` returned to its attention in that pass.
-    """
+    """A cache of :class:`PositionedLayer`; feed it with :func:`lorekv.hf.attention.forward`,
+    which publishes the positions of the tokens in flight (:mod:`lorekv.hf.context`)."""
 
     def __init__(self, windows: Sequence[int | None]) -> None:
         super().__init__(layers=[PositionedLayer(w) for w in windows])
-        self.pending_positions: torch.Tensor | None = None
-        self.last_positions: dict[int, torch.Tensor] = {}
 
     @classmethod
-    def for_model(cls, config) -> PositionedCache:
+    def for_model(cls, config: PretrainedConfig) -> PositionedCache:
         """Sliding-window layers bounded as the model's config says, other layers full."""
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        n = text.num_hidden_layers
-        types = getattr(text, "layer_types", None) or ["full_attention"] * n
-        window = getattr(text, "sliding_window", None)
-        return cls([window if t == "sliding_attention" else None for t in types])
+        return cls(layer_windows(config))
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):  # type: ignore[override]
-        if self.pending_positions is None:
-            raise RuntimeError("PositionedCache must be fed through lorekv.attention.forward")
-        keys, values, positions = self.layers[layer_idx].append(key_states, value_states, self.pending_positions)
-        self.last_positions[layer_idx] = positions
+        current = active_pass()
+        if current is None or current.cache is not self:
+            raise RuntimeError("PositionedCache must be fed through lorekv.hf.attention.forward")
+        keys, values, positions = self.layers[layer_idx].append(key_states, value_states, current.query_positions)
+        current.key_positions[layer_idx] = positions
         return keys, values
 
     def get_seq_length(self, layer_idx: int = 0) -> int:  # type: ignore[override]
@@ -173,3 +169,30 @@ class PositionedCache(Cache):
 
     def kept_bytes(self) -> int:
         return sum(layer.kept_bytes() for layer in self.layers)
+
+
+def gather(source: PositionedCache, selection: Selection, *, limit: int) -> PositionedCache:
+    """A new cache with the selected entries of evicted layers and positions < ``limit`` elsewhere.
+
+    Heads of one layer that keep different counts are padded to the longest (position -1,
+    masked by the lorekv attention function).
+    """
+    out = PositionedCache([layer.window for layer in source.layers])
+    row = {layer_idx: i for i, layer_idx in enumerate(selection.layer_indices)}
+    for idx, (src, dst) in enumerate(zip(source.layers, out.layers, strict=True)):
+        if idx in row:
+            kept, valid = selection.padded(row[idx])
+            kept = kept.to(src.keys.device)
+            valid = valid.to(src.keys.device)
+            index = kept.view(1, *kept.shape, 1).expand(1, -1, -1, src.keys.shape[-1])
+            positions = torch.where(valid, src.positions[0].gather(1, kept), torch.full_like(kept, PADDING))
+            dst.set(
+                src.keys.gather(2, index),
+                src.values.gather(2, index),
+                positions.unsqueeze(0),
+                padded=not bool(valid.all()),
+            )
+        else:
+            keep = src.positions[0, 0] < limit
+            dst.set(src.keys[:, :, keep], src.values[:, :, keep], src.positions[:, :, keep], padded=src.padded)
+    return out

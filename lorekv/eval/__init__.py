@@ -1,0 +1,19 @@
+"""Evaluation: tasks, results files that survive interruption, and the loops that run methods."""
+
+from lorekv.eval.needle import NeedleTask, context_and_question_ids, make_task, prompt_ids
+from lorekv.eval.results import ResultsFile
+from lorekv.eval.runner import FULL, MethodSummary, resolve_methods, run_method, run_needle, summarize_needle
+
+__all__ = [
+    "FULL",
+    "MethodSummary",
+    "NeedleTask",
+    "ResultsFile",
+    "context_and_question_ids",
+    "make_task",
+    "prompt_ids",
+    "resolve_methods",
+    "run_method",
+    "run_needle",
+    "summarize_needle",
+]

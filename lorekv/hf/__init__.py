@@ -1,0 +1,43 @@
+"""The transformers binding: everything that touches a transformers model.
+
+- :mod:`~lorekv.hf.attention`: the registered ``"lorekv"`` attention function, query capture,
+  and :func:`~lorekv.hf.attention.forward`, the one way tokens are fed at explicit positions.
+- :mod:`~lorekv.hf.context`: the forward pass in flight (the one channel for positions).
+- :mod:`~lorekv.hf.cache`: :class:`~lorekv.hf.cache.PositionedCache` and
+  :func:`~lorekv.hf.cache.gather`, which keeps a selection's entries.
+- :mod:`~lorekv.hf.introspection`: layer types, evictable layers, supported architectures.
+- :mod:`~lorekv.hf.rollout`: prefill once, then futures for a sampler.
+- :mod:`~lorekv.hf.compressed` and :mod:`~lorekv.hf.decoding`: the compressed cache and
+  decoding from it (and the full-cache baseline).
+
+Only this package and :mod:`lorekv.models` import transformers.
+"""
+
+from lorekv.hf.attention import ATTENTION_NAME, QueryCapture, forward, prepare, register
+from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer, gather
+from lorekv.hf.compressed import CompressedCache, CompressionStats
+from lorekv.hf.decoding import Generation, decode, generate_full
+from lorekv.hf.introspection import check_supported, evictable_layers, layer_types, max_positions
+from lorekv.hf.rollout import ModelRollout
+
+__all__ = [
+    "ATTENTION_NAME",
+    "PADDING",
+    "CompressedCache",
+    "CompressionStats",
+    "Generation",
+    "ModelRollout",
+    "PositionedCache",
+    "PositionedLayer",
+    "QueryCapture",
+    "check_supported",
+    "decode",
+    "evictable_layers",
+    "forward",
+    "gather",
+    "generate_full",
+    "layer_types",
+    "max_positions",
+    "prepare",
+    "register",
+]

@@ -1,0 +1,58 @@
+"""The forward pass in flight: the one channel between :func:`lorekv.hf.attention.forward` and
+the code transformers calls inside it (the cache's ``update`` and the attention function).
+
+transformers gives neither the cache nor the attention function the positions lorekv feeds
+tokens at, so :func:`~lorekv.hf.attention.forward` publishes them here for the duration of
+one model call: the cache reads the query positions to stamp its new slots and writes back
+the key positions it returns; the attention function reads both to build its mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from lorekv.hf.attention import QueryCapture
+    from lorekv.hf.cache import PositionedCache
+
+
+@dataclass
+class ForwardPass:
+    """One model call through lorekv.
+
+    Attributes:
+        cache: the cache the call appends to.
+        query_positions: (q,) long, on the model's device: the positions of the fed tokens.
+        capture: records queries during the call (None: nothing recorded).
+        key_positions: layer index -> (B, G, K) positions of the keys that layer's cache
+            returned to its attention in this call (filled by the cache).
+    """
+
+    cache: PositionedCache
+    query_positions: torch.Tensor
+    capture: QueryCapture | None = None
+    key_positions: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
+_ACTIVE: ContextVar[ForwardPass | None] = ContextVar("lorekv_forward_pass", default=None)
+
+
+def active_pass() -> ForwardPass | None:
+    """The lorekv forward pass in flight, if any."""
+    return _ACTIVE.get()
+
+
+@contextmanager
+def running(forward_pass: ForwardPass) -> Iterator[ForwardPass]:
+    """Make ``forward_pass`` the active one for the duration of the block."""
+    token = _ACTIVE.set(forward_pass)
+    try:
+        yield forward_pass
+    finally:
+        _ACTIVE.reset(token)

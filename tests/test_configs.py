@@ -1,0 +1,47 @@
+"""Every shipped configuration parses and round-trips: the presets and ``benchmarks/configs``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lorekv import Pipeline, PipelineConfig, preset
+from lorekv.presets import PRESETS
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "benchmarks" / "configs").glob("*.yaml"))
+
+
+def round_trips(config: PipelineConfig, tmp_path: Path) -> None:
+    assert PipelineConfig.model_validate(yaml.safe_load(config.to_yaml())) == config
+    assert PipelineConfig.model_validate(json.loads(config.model_dump_json())) == config
+    (tmp_path / "p.yaml").write_text(config.to_yaml())
+    (tmp_path / "p.json").write_text(config.model_dump_json())
+    assert PipelineConfig.from_file(tmp_path / "p.yaml") == config == PipelineConfig.from_file(tmp_path / "p.json")
+    assert Pipeline.from_config(config).config == config
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("budget", [1, 64])
+def test_every_preset_round_trips(name: str, budget: int, tmp_path: Path) -> None:
+    try:
+        config = preset(name, budget)
+    except ValueError as error:
+        assert "budget" in str(error)
+        return
+    assert config.policy.budget == budget
+    round_trips(config, tmp_path)
+
+
+def test_benchmark_configs_exist() -> None:
+    assert len(SHIPPED) >= 4
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_every_shipped_config_parses_and_round_trips(path: Path, tmp_path: Path) -> None:
+    config = PipelineConfig.from_file(path)
+    assert config.model_dump(mode="json") == yaml.safe_load(path.read_text()), "the file spells out every field"
+    round_trips(config, tmp_path)

@@ -1,0 +1,124 @@
+"""The architecture as imports: contracts and the four families never touch transformers or the
+binding; only ``lorekv.hf`` and ``lorekv.models`` import transformers; arrows point down."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lorekv
+
+PACKAGE = Path(lorekv.__file__).parent
+CONTRACTS = ("registry", "trajectories", "scores", "validation", "token_rules")
+FAMILIES = ("samplers", "scorers", "aggregators", "policies")
+BINDING = ("hf", "models")
+# What each layer may import from lorekv (besides itself); everything else is an upward arrow.
+ALLOWED = {
+    "contracts": {"contracts"},
+    "families": {"contracts", "families"},
+    "hf": {"contracts", "hf"},
+    "models": {"models"},
+    "pipeline": {"contracts", "families", "hf", "pipeline"},
+    "presets": {"pipeline", "presets"},
+    "eval": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval"},
+    "cli": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval", "cli"},
+    "root": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval"},
+}
+
+
+def layer_of(module: str) -> str:
+    """The architectural layer of a dotted ``lorekv...`` module name."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "root"
+    top = parts[1]
+    if top in CONTRACTS:
+        return "contracts"
+    if top in FAMILIES:
+        return "families"
+    return top
+
+
+def modules() -> list[tuple[str, Path]]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out.append((name, path))
+    return out
+
+
+def runtime_nodes(node: ast.AST):
+    """Every node below ``node`` except the bodies of ``if TYPE_CHECKING:`` blocks."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and isinstance(child.test, ast.Name) and child.test.id == "TYPE_CHECKING":
+            continue
+        yield child
+        yield from runtime_nodes(child)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module ``path`` imports at run time, at any depth (function-level imports included)."""
+    found = set()
+    for node in runtime_nodes(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names if node.module == "lorekv")
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    unknown = {name for name, _ in modules() if layer_of(name) not in ALLOWED}
+    assert not unknown, f"modules outside the architecture: {unknown}"
+
+
+@pytest.mark.parametrize("name,path", modules(), ids=[name for name, _ in modules()])
+def test_imports_point_down(name: str, path: Path) -> None:
+    layer = layer_of(name)
+    found = imports(path)
+    if layer not in BINDING:
+        assert not {m for m in found if m.split(".")[0] == "transformers"}, f"{name} imports transformers"
+    upward = {
+        m for m in found
+        if m.startswith("lorekv.") and layer_of(m) not in ALLOWED[layer] and m != "lorekv"
+    }  # fmt: skip
+    assert not upward, f"{name} ({layer}) imports {sorted(upward)}"
+
+
+def test_contracts_and_families_import_with_transformers_blocked() -> None:
+    """Importing every contract and family module works when transformers cannot be imported."""
+    names = [name for name, _ in modules() if layer_of(name) in ("contracts", "families")]
+    script = (
+        "import sys\n"
+        "sys.modules['transformers'] = None\n"
+        "import importlib\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module(name)\n"
+        "assert not any(m == 'lorekv.hf' or m.startswith('lorekv.hf.') for m in sys.modules), 'binding imported'\n"
+        f"print(len({names!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == len(names) >= 20
+
+
+def test_public_api() -> None:
+    from lorekv import Pipeline, PipelineConfig, decode, generate_full, load, preset
+    from lorekv.hf.decoding import decode as binding_decode
+    from lorekv.models.loading import load as models_load
+    from lorekv.pipeline import Pipeline as pipeline_class
+
+    assert Pipeline is pipeline_class and decode is binding_decode and load is models_load
+    assert isinstance(preset("lore_kv", 64), PipelineConfig) and callable(generate_full)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        lorekv.no_such_name  # noqa: B018
+
+
+def test_lazy_exports_match_all() -> None:
+    assert sorted(lorekv.__all__) == sorted(lorekv._EXPORTS)
