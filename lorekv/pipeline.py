@@ -187,7 +187,7 @@ class Pipeline:
         candidates = n - 1 if query_aware else n
         start = time.perf_counter()
         per_future = self.scorer.score(trajectories)[..., :candidates]
-        combined, _ = self.aggregator.aggregate(per_future, trajectories.logprobs, trajectories.entropies)
+        combined, weights = self.aggregator.aggregate(per_future, trajectories.logprobs, trajectories.entropies)
         seconds["scoring"] = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -205,6 +205,7 @@ class Pipeline:
             bytes_after=cache.allocated_bytes(),
             bytes_kept=cache.kept_bytes(),
             seconds=seconds,
+            future_weights=tuple(weights.tolist()),
         )
         pending = input_ids[:, n - 1 :] if query_aware else input_ids[:, :0]
         return CompressedCache(cache, candidates, pending, selection, stats)

@@ -1,7 +1,9 @@
 """Hypothesis strategies for random captured attention (LayerCapture / Trajectories).
 
-Shapes are drawn small (M 1..3, G 1..3, group 1..4, T 1..5, n 1..12, d 2..8, D 2..10); the
-tensors come from a seeded torch generator so that one example is one draw of a seed.
+Most examples (about 80%) are drawn in the realistic regime, n 32..48 prompt tokens over
+G 2..3 KV heads; the rest cover the edges (n 1..12, one KV head). Other sizes: M 1..3,
+group 1..4, T 1..5, d 2..8, D 2..10. The tensors come from a seeded torch generator so that
+one example is one draw of a seed.
 
 Two kinds of capture, as the samplers produce them:
 - ``"future"``: R = T response keys, query t at position n + t (it sees the whole prompt and
@@ -51,15 +53,17 @@ def capture_dims(
     max_group: int = 4,
     min_queries: int = 1,
     max_queries: int = 5,
-    max_prompt: int = 12,
+    max_prompt: int = 48,
 ) -> CaptureDims:
     """Random sizes; ``kind`` fixes future (R = T) or window (R = 0, T <= n) captures."""
     kind = kind or draw(st.sampled_from(["future", "window"]))
-    prompt = draw(st.integers(min_queries if kind == "window" else 1, max_prompt))
+    realistic = max_prompt >= 32 and draw(st.integers(0, 9)) < 8
+    low_prompt = min_queries if kind == "window" else 1
+    prompt = draw(st.integers(32, max_prompt) if realistic else st.integers(low_prompt, min(max_prompt, 12)))
     queries = draw(st.integers(min_queries, min(max_queries, prompt) if kind == "window" else max_queries))
     return CaptureDims(
         futures=draw(st.integers(1, max_futures)),
-        kv_heads=draw(st.integers(1, max_kv_heads)),
+        kv_heads=draw(st.integers(2, max_kv_heads) if realistic and max_kv_heads > 1 else st.integers(1, max_kv_heads)),
         group=draw(st.integers(1, max_group)),
         queries=queries,
         prompt=prompt,
@@ -104,12 +108,14 @@ def make_capture(
 
 
 @st.composite
-def layer_captures(draw: st.DrawFn, *, kind: Kind | None = None, **dims_kwargs: int) -> LayerCapture:
+def layer_captures(
+    draw: st.DrawFn, *, kind: Kind | None = None, dtype: torch.dtype = torch.float32, **dims_kwargs: int
+) -> LayerCapture:
     """A random :class:`LayerCapture` (see :func:`capture_dims` for the size bounds)."""
     dims = draw(capture_dims(kind=kind, **dims_kwargs))
     seed = draw(st.integers(0, 2**31 - 1))
     query_scale = draw(st.sampled_from([0.5, 1.0, 2.0]))
-    return make_capture(dims, seed, query_scale=query_scale)
+    return make_capture(dims, seed, query_scale=query_scale, dtype=dtype)
 
 
 def make_trajectories(layers: tuple[LayerCapture, ...], seed: int = 0) -> Trajectories:

@@ -357,3 +357,44 @@ def test_override_replaces_fields_by_dotted_path() -> None:
         config.override({"policy.nope": 1})
     with pytest.raises(ValueError, match="part"):
         config.override({"planner.budget": 1})
+
+
+@pytest.mark.parametrize(
+    "aggregator", [{"name": "mean"}, {"name": "logprob", "beta": 4.0}, {"name": "reliability"}], ids=lambda a: a["name"]
+)
+@pytest.mark.parametrize("query_aware", [True, False], ids=["query-aware", "query-agnostic"])
+def test_each_layer_keeps_the_policy_of_its_own_aggregated_scores(aggregator: dict, query_aware: bool) -> None:
+    """The glue of ``compress``: rows, candidates, aggregator inputs and layer order, checked by hand."""
+    from einops import einsum
+
+    from lorekv.aggregators import AGGREGATORS
+    from lorekv.policies import POLICIES
+    from lorekv.scores import Scores
+
+    model = tiny_llama(51, layers=3)
+    ids = random_ids(30, seed=52)
+    n = ids.shape[1]
+    candidates = n - 1 if query_aware else n
+    policy = {"name": "uniform", "budget": 5, "sink": 1}
+    pipeline = Pipeline({**LORE, "seed": 5}, "projected_loo", aggregator, policy)
+    compressed = pipeline.compress(model, ids, query_aware=query_aware)
+
+    futures = pipeline.sampler.sample(ModelRollout(prepare(model), ids, evictable_layers(model)))
+    per_layer = [
+        pipeline.scorer.reduce(pipeline.scorer.query_scores(layer), layer.num_kv_heads)[..., :candidates]
+        for layer in futures.layers
+    ]
+    weights = AGGREGATORS.build(aggregator).weights(torch.stack(per_layer, 1), futures.logprobs, futures.entropies)
+    assert compressed.stats.future_weights == pytest.approx(weights.tolist(), rel=1e-12)
+    if aggregator["name"] != "mean":
+        assert weights.max() - weights.min() > 1e-3, "test needs unequal weights"
+    kept = []
+    for row, (layer, scores) in enumerate(zip(futures.layers, per_layer, strict=True)):
+        combined = einsum(weights, scores, "m, m g n -> g n")
+        expected = POLICIES.build(policy).select(Scores(combined.unsqueeze(0), (layer.layer_idx,)))
+        got = compressed.selection.indices[row]
+        assert [h.tolist() for h in got] == [h.tolist() for h in expected.indices[0]], f"layer {layer.layer_idx}"
+        kept.append([h.tolist() for h in got])
+    assert kept[0] != kept[-1], "test needs layers that keep different tokens"
+    assert compressed.selection.layer_indices == futures.layer_indices == (0, 1, 2)
+    assert compressed.selection.num_tokens == candidates

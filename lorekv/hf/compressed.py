@@ -24,6 +24,7 @@ class CompressionStats:
         bytes_after: bytes actually allocated after eviction (padding of ragged heads included).
         bytes_kept: bytes of the kept entries alone (no padding).
         seconds: wall-clock seconds of each phase: prefill, sampling, scoring, selection.
+        future_weights: w_m, the aggregator's weight of each future (sums to one).
     """
 
     prompt_tokens: int
@@ -34,6 +35,7 @@ class CompressionStats:
     bytes_after: int
     bytes_kept: int
     seconds: dict[str, float] = field(default_factory=dict)
+    future_weights: tuple[float, ...] = ()
 
     @property
     def kept_fraction(self) -> float:
@@ -52,6 +54,7 @@ class CompressionStats:
             "bytes_after": self.bytes_after,
             "bytes_kept": self.bytes_kept,
             "seconds": dict(self.seconds),
+            "future_weights": list(self.future_weights),
         }
 
 

@@ -1,4 +1,7 @@
-"""The causal softmax attention of a captured layer, recomputed in float32 for the scorers.
+"""The causal softmax attention of a captured layer, recomputed for the scorers.
+
+Everything is computed in the capture's dtype promoted to at least float32 (:func:`compute_dtype`):
+bf16/fp16 captures are scored in float32, float64 captures (tests, numerical checks) in float64.
 
 For query head h (KV head g = h // group), query t of future m attends to every key whose
 position is <= the query's position (prompt keys first, then the future's own response keys):
@@ -26,9 +29,9 @@ class CausalAttention:
     """Attention weights and outputs of one layer, per query head.
 
     Attributes:
-        weights: (M, H, T, n+R) float32 softmax weights a; 0 on keys the query cannot see.
+        weights: (M, H, T, n+R) softmax weights a; 0 on keys the query cannot see.
             Each row sums to 1 over prompt and response keys.
-        output: (M, H, T, d) float32 attention output o = sum_j a_j v_j.
+        output: (M, H, T, d) attention output o = sum_j a_j v_j.
         visible: (T, n+R) bool, query t may attend to key j.
         prompt_length: n; keys ``0..n-1`` are the prompt tokens.
     """
@@ -50,7 +53,7 @@ class CausalAttention:
 
 
 def causal_attention(layer: LayerCapture) -> CausalAttention:
-    """Recompute the layer's causal attention in float32.
+    """Recompute the layer's causal attention in :func:`compute_dtype`.
 
     Args:
         layer: queries (M, H, T, d), keys/values (M, G, n+R, d) via ``layer.keys()`` and
@@ -60,9 +63,10 @@ def causal_attention(layer: LayerCapture) -> CausalAttention:
         The weights (M, H, T, n+R) and outputs (M, H, T, d). A query that sees no key at all
         (position < 0) gets all-zero weights and a zero output.
     """
-    queries = split_heads(layer.queries.float(), layer.num_kv_heads)
-    keys = layer.keys().float()
-    values = layer.values().float()
+    dtype = compute_dtype(layer)
+    queries = split_heads(layer.queries.to(dtype), layer.num_kv_heads)
+    keys = layer.keys().to(dtype)
+    values = layer.values().to(dtype)
     visible = layer.visible()
 
     logits = einsum(queries, keys, "m g r t d, m g s d -> m g r t s") * layer.scaling
@@ -75,6 +79,11 @@ def causal_attention(layer: LayerCapture) -> CausalAttention:
         visible=visible,
         prompt_length=layer.prompt_length,
     )
+
+
+def compute_dtype(layer: LayerCapture) -> torch.dtype:
+    """The dtype scores are computed in: the queries' dtype, at least float32."""
+    return torch.promote_types(layer.queries.dtype, torch.float32)
 
 
 def split_heads(per_query_head: torch.Tensor, num_kv_heads: int) -> torch.Tensor:

@@ -29,5 +29,5 @@ class AttentionMassScorer(Scorer):
     config: AttentionMassConfig
 
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
-        """(M, H, T, n) float32 attention weights on the prompt keys."""
+        """(M, H, T, n) attention weights on the prompt keys."""
         return causal_attention(layer).prompt_weights

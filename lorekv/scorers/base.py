@@ -60,10 +60,11 @@ class Scorer(ABC):
 
     @abstractmethod
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
-        """(M, H, T, n) float32 score of every prompt token for every query of every future."""
+        """(M, H, T, n) score of every prompt token for every query of every future, in the
+        capture's dtype promoted to at least float32."""
 
     def score(self, trajectories: Trajectories) -> torch.Tensor:
-        """(M, L, G, n) float32 per-future token scores U_m[l, g, j].
+        """(M, L, G, n) per-future token scores U_m[l, g, j], at least float32.
 
         Per layer: :meth:`query_scores` (M, H, T, n) -> reduce over the T queries
         (``query_reduction``) -> (M, H, n) -> reduce over the ``group`` query heads of each KV
@@ -77,12 +78,12 @@ class Scorer(ABC):
         return torch.stack(per_layer, dim=1)
 
     def reduce(self, query_scores: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
-        """(M, H, T, n) per-query scores -> (M, G, n) float32 per-KV-head scores.
+        """(M, H, T, n) per-query scores -> (M, G, n) per-KV-head scores, at least float32.
 
         Query head h belongs to KV head g = h // group, so the heads of group g are the
         contiguous block ``g*group .. (g+1)*group - 1``.
         """
-        scores = query_scores.float()
+        scores = query_scores.to(torch.promote_types(query_scores.dtype, torch.float32))
         per_head = reduce(scores, "m h t n -> m h n", self.config.query_reduction)
         per_kv_head = reduce(per_head, "m (g r) n -> m g n", self.config.head_reduction, g=num_kv_heads)
         return max_pool_tokens(per_kv_head, self.config.pool_kernel)

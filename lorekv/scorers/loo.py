@@ -71,9 +71,9 @@ class LOOScorer(Scorer):
     config: LOOConfig
 
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
-        """(M, H, T, n) float32 LOO deletion scores of the prompt tokens."""
+        """(M, H, T, n) LOO deletion scores of the prompt tokens."""
         attention = causal_attention(layer)
-        values = layer.prompt_values.float()
+        values = layer.prompt_values.to(attention.output.dtype)
         sq_dist = sq_distances(values, attention.output)
         sq_dist = refine_dominant(sq_dist, values, attention)
         return deletion_scores(attention, sq_dist, self.config.eps)
@@ -137,7 +137,7 @@ def deletion_scores(attention: CausalAttention, sq_distance: torch.Tensor, eps: 
         eps: lower bound on 1 - a_j.
 
     Returns:
-        (M, H, T, n) non-negative float32 scores.
+        (M, H, T, n) non-negative scores.
     """
     weights = attention.prompt_weights
     factor = weights / (1.0 - weights).clamp_min(eps)

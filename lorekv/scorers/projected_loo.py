@@ -44,10 +44,11 @@ class ProjectedLOOScorer(Scorer):
     config: ProjectedLOOConfig
 
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
-        """(M, H, T, n) float32 projected LOO deletion scores of the prompt tokens."""
+        """(M, H, T, n) projected LOO deletion scores of the prompt tokens."""
         attention = causal_attention(layer)
-        gram = gram_matrices(layer.o_proj.float(), layer.num_heads)
-        values = layer.prompt_values.float()
+        dtype = attention.output.dtype
+        gram = gram_matrices(layer.o_proj.to(dtype), layer.num_heads)
+        values = layer.prompt_values.to(dtype)
         sq_dist = projected_sq_distances(values, attention.output, gram)
         sq_dist = refine_dominant(sq_dist, values, attention, gram)
         return deletion_scores(attention, sq_dist, self.config.eps)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,17 +34,28 @@ def test_reserved_appends_equal_concatenation(chunks: list[int], room: int) -> N
     assert reserved.layers[0].positions[0, 0].tolist() == list(range(position))
 
 
-def test_fork_is_unaffected_by_in_place_appends_of_the_original() -> None:
+@pytest.mark.parametrize("reserve_in", ["original", "fork", "both"])
+def test_fork_and_original_are_independent_both_ways(reserve_in: str) -> None:
+    """Appends to either side, in place into reserved room or not, never reach the other side."""
     cache = PositionedCache([None])
     feed(cache, 0, 5)
-    cache.reserve(1, 4)
+    if reserve_in in ("original", "both"):
+        cache.reserve(1, 4)
     fork = cache.copy()
-    snapshot = fork.layers[0].keys.clone()
-    feed(cache, 5, 3, seed=1)
-    feed(fork, 5, 2, seed=2)
-    assert torch.equal(fork.layers[0].keys[:, :, :5], snapshot)
-    assert cache.get_seq_length() == 8 and fork.get_seq_length() == 7
-    assert fork.layers[0].positions[0, 0].tolist() == list(range(7))
+    if reserve_in in ("fork", "both"):
+        fork.reserve(1, 4)
+    prefix = cache.layers[0].keys.clone()
+    fork_keys, _ = feed(fork, 5, 2, seed=2)
+    fork_keys = fork_keys.clone()
+    cache_keys, _ = feed(cache, 5, 3, seed=1)
+    cache_keys = cache_keys.clone()
+    feed(fork, 7, 1, seed=3)
+    assert torch.equal(cache.layers[0].keys, cache_keys), "the fork's appends reached the original"
+    assert torch.equal(fork.layers[0].keys[:, :, :7], fork_keys), "the original's appends reached the fork"
+    assert torch.equal(cache.layers[0].keys[:, :, :5], prefix) and torch.equal(fork.layers[0].keys[:, :, :5], prefix)
+    assert cache.get_seq_length() == 8 and fork.get_seq_length() == 8
+    assert fork.layers[0].positions[0, 0].tolist() == list(range(8))
+    assert cache.layers[0].positions[0, 0].tolist() == list(range(8))
 
 
 def test_expanded_cache_leaves_the_source_alone() -> None:

@@ -28,17 +28,40 @@ fast = settings(max_examples=50, deadline=None)
 
 
 @st.composite
-def cases(draw, max_layers: int = 4, max_heads: int = 3, max_tokens: int = 24):
-    """(scores, budget, sink, recent); ``budget`` always holds the protected tokens."""
-    l, g, n = draw(st.integers(1, max_layers)), draw(st.integers(1, max_heads)), draw(st.integers(1, max_tokens))
+def cases(draw, max_layers: int = 4, max_heads: int = 4, max_tokens: int = 48):
+    """(scores, budget, sink, recent); ``budget`` always holds the protected tokens.
+
+    Most examples are the realistic regime (n >= 32, G > 1, B < n: see
+    ``test_case_strategy_mostly_draws_the_realistic_regime``); the rest cover the edges (tiny
+    n, one head, B >= n). Heads get scales from 1e-3 to 1e3, as LOO scores do.
+    """
+    realistic = draw(st.integers(0, 9)) < 8
+    l = draw(st.integers(1, max_layers))
+    g = draw(st.integers(2, max_heads)) if realistic else draw(st.integers(1, max_heads))
+    n = draw(st.integers(32, max_tokens)) if realistic else draw(st.integers(1, max_tokens))
     sink, recent = draw(st.integers(0, 3)), draw(st.integers(0, 3))
-    budget = draw(st.integers(max(1, min(sink + recent, n)), n + 3))
+    low = max(1, min(sink + recent, n))
+    budget = draw(st.integers(low, n - 1)) if realistic and low < n else draw(st.integers(low, n + 3))
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
     if draw(st.booleans()):
         values = torch.randint(0, 4, (l, g, n), generator=gen).float()
     else:
         values = torch.rand(l, g, n, generator=gen)
+    if draw(st.booleans()):
+        values = values * 10.0 ** torch.randint(-3, 4, (l, g, 1), generator=gen).float()
     return Scores(values, tuple(range(3, 3 + l))), budget, sink, recent
+
+
+def test_case_strategy_mostly_draws_the_realistic_regime() -> None:
+    import warnings
+
+    from hypothesis.errors import NonInteractiveExampleWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonInteractiveExampleWarning)
+        drawn = [cases().example() for _ in range(300)]
+    realistic = [s.num_tokens >= 32 and s.num_kv_heads > 1 and b < s.num_tokens for s, b, _, _ in drawn]
+    assert sum(realistic) / len(drawn) >= 0.6
 
 
 def protected(n: int, sink: int, recent: int) -> torch.Tensor:
@@ -180,6 +203,79 @@ def test_adaptive_by_hand():
     assert policy.select(scores).indices[0][0].tolist() == [3]
     policy = PerLayerPolicy(PerLayerConfig(budget=4, schedule="adaptive", floor_frac=0.5))
     assert policy.layer_budgets(scores) == [2, 6]
+
+
+def test_adaptive_by_hand_with_gqa_and_head_scales():
+    """G = 2 with heads on scales 1e3 and 1e-3: shares are counted after per-head normalisation, over G."""
+    scores = Scores(
+        torch.tensor(
+            [
+                [[1000.0, 0.0, 0.0, 0.0], [0.001, 0.001, 0.001, 0.001]],
+                [[0.5, 0.5, 0.0, 0.0], [3.0, 1.0, 0.0, 0.0]],
+            ]
+        ),
+        (0, 1),
+    )
+    # Normalised: l0 = [1,0,0,0] and [.25]*4; l1 = [.5,.5,0,0] and [.75,.25,0,0]. The top
+    # L*G*B = 8 entries are 5 of layer 0 and 3 of layer 1: shares 5/2 and 3/2.
+    # floor_frac 0.5: f = 1, quotas 1 + 2 * (1.5, 0.5) / 2 = (2.5, 1.5) -> [3, 1].
+    policy = PerLayerPolicy(PerLayerConfig(budget=2, schedule="adaptive", floor_frac=0.5))
+    assert policy.layer_budgets(scores) == [3, 1]
+    kept = policy.select(scores).indices
+    assert [h.tolist() for h in kept[0]] == [[0, 1, 2], [0, 1, 2]]
+    assert [h.tolist() for h in kept[1]] == [[0], [0]]
+    policy = PerLayerPolicy(PerLayerConfig(budget=2, schedule="adaptive", floor_frac=0.0))
+    assert policy.layer_budgets(scores) == [3, 1]
+
+
+def adaptive_brute_force(values: torch.Tensor, budget: int, floor_frac: float, sink: int, recent: int) -> list[int]:
+    """The adaptive schedule as its docstring defines it, written out with Python loops."""
+    layers, heads, n = values.shape
+    entries = []
+    for l, g in itertools.product(range(layers), range(heads)):
+        row = values[l, g].float()
+        total = float(row.sum())
+        for j in range(n):
+            share = float(row[j] / row.sum()) if total > 0 else 1.0 / n
+            if j < sink or j >= n - recent:
+                share = math.inf
+            entries.append((-share, l, g, j))
+    entries.sort()
+    counts = [0] * layers
+    for _, l, _, _ in entries[: layers * heads * budget]:
+        counts[l] += 1
+    floor = max(math.ceil(round(floor_frac * budget, 9)), min(sink + recent, n))
+    excess = [max(Fraction(c, heads) - floor, Fraction(0)) for c in counts]
+    total = sum(excess, Fraction(0))
+    quotas = [Fraction(floor) + layers * (budget - floor) * e / total if total else Fraction(floor) for e in excess]
+    out = [math.floor(q) for q in quotas]
+    for i in sorted(range(layers), key=lambda i: (out[i] - quotas[i], i))[: layers * budget - sum(out)]:
+        out[i] += 1
+    while max(out) > n:
+        spill = sum(max(b - n, 0) for b in out)
+        out = [min(b, n) for b in out]
+        below = [i for i, b in enumerate(out) if b < n]
+        for rank, i in enumerate(below):
+            out[i] += spill // len(below) + (rank < spill % len(below))
+    return out
+
+
+@fast
+@given(case=cases(), floor_frac=st.floats(0, 1))
+def test_adaptive_budgets_equal_brute_force(case, floor_frac):
+    scores, budget, sink, recent = case
+    assume(budget < scores.num_tokens)
+    policy = PerLayerPolicy(
+        PerLayerConfig(budget=budget, sink=sink, recent=recent, schedule="adaptive", floor_frac=floor_frac)
+    )
+    expected = adaptive_brute_force(scores.values, budget, floor_frac, sink, recent)
+    floor = max(math.ceil(round(floor_frac * budget, 9)), min(sink + recent, scores.num_tokens))
+    if min(expected) < min(sink + recent, scores.num_tokens):
+        with pytest.raises(ValueError, match="budget"):
+            policy.layer_budgets(scores)
+        return
+    assert policy.layer_budgets(scores) == expected
+    assert min(expected) >= min(floor, scores.num_tokens)
 
 
 def test_pyramid_by_hand():

@@ -1,0 +1,123 @@
+"""The rollout's captures checked against the model's own eager attention, layer by layer.
+
+The reference runs the plain model over prompt + future tokens in one pass with a recording
+wrapper around the model's own ``eager_attention_forward``: the queries, keys, values,
+scaling and outputs it records are what the model computes, through none of lorekv's code.
+Every field of every :class:`LayerCapture` must equal them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from tiny_models import random_ids, tiny_gemma3, tiny_llama
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+from lorekv.hf import ModelRollout, evictable_layers, prepare
+from lorekv.scorers.attention import causal_attention
+
+RECORD = "lorekv_test_record"
+MODELS = [
+    pytest.param(lambda: tiny_llama(11, layers=3), id="llama-gqa"),
+    pytest.param(lambda: tiny_gemma3(12, window=64), id="gemma3-hybrid"),
+]
+
+
+def reference(model, ids: torch.Tensor) -> dict[int, dict[str, object]]:
+    """Per layer: the model's own query (H, q, d), key and value (G, q, d), scaling, output (H, q, d)."""
+    records: dict[int, dict[str, object]] = {}
+
+    def recording(module, query, key, value, attention_mask, **kwargs):
+        eager = sys.modules[type(module).__module__].eager_attention_forward
+        out, _ = eager(module, query, key, value, attention_mask, **kwargs)
+        records[module.layer_idx] = {
+            "query": query[0], "key": key[0], "value": value[0],
+            "scaling": kwargs.get("scaling"), "output": out[0].transpose(0, 1), "o_proj": module.o_proj.weight,
+        }  # fmt: skip
+        return out, None
+
+    AttentionInterface.register(RECORD, recording)
+    AttentionMaskInterface.register(RECORD, eager_mask)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(RECORD)
+    try:
+        with torch.no_grad():
+            model(ids, use_cache=False)
+    finally:
+        model.set_attn_implementation(previous)
+    return records
+
+
+def assert_capture_matches(layer, ref: dict[str, object], n: int, start: int, future: int, response: bool) -> None:
+    """``layer`` (one LayerCapture) against the reference of one sequence, queries from ``start``."""
+    t = layer.queries.shape[2]
+    exact = {"rtol": 1e-6, "atol": 1e-6}  # eager attention takes its softmax in float32
+    torch.testing.assert_close(layer.query_positions, torch.arange(start, start + t))
+    torch.testing.assert_close(layer.queries[future], ref["query"][:, start : start + t], **exact)
+    torch.testing.assert_close(layer.prompt_keys, ref["key"][:, :n], **exact)
+    torch.testing.assert_close(layer.prompt_values, ref["value"][:, :n], **exact)
+    if response:
+        torch.testing.assert_close(layer.response_keys[future], ref["key"][:, n : n + t], **exact)
+        torch.testing.assert_close(layer.response_values[future], ref["value"][:, n : n + t], **exact)
+    else:
+        assert layer.response_keys.shape[2] == 0 and layer.response_values.shape[2] == 0
+    assert layer.scaling == pytest.approx(ref["scaling"], rel=1e-12)
+    assert layer.o_proj is ref["o_proj"] or torch.equal(layer.o_proj, ref["o_proj"])
+    # The attention the scorers recompute from the capture is the model's own (float32 softmax there).
+    output = causal_attention(layer).output[future].double()
+    torch.testing.assert_close(output, ref["output"][:, start : start + t].double(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", MODELS)
+def test_sampled_futures_capture_what_the_model_computes(make) -> None:
+    model = make()
+    ids = random_ids(17, seed=21)
+    n = ids.shape[1]
+    layers = evictable_layers(model)
+    rollout = ModelRollout(prepare(model), ids, layers)
+    futures = rollout.decode(lambda logits: torch.multinomial(logits.softmax(-1), 1).squeeze(-1), 3, 4)
+    assert futures.layer_indices == tuple(layers)
+    assert len({tuple(row) for row in futures.token_ids.tolist()}) > 1, "test needs distinct futures"
+    for m in range(3):
+        refs = reference(model, torch.cat([ids, futures.token_ids[m : m + 1]], dim=1))
+        for layer in futures.layers:
+            assert_capture_matches(layer, refs[layer.layer_idx], n, n, m, response=True)
+
+
+@pytest.mark.parametrize("make", MODELS)
+def test_teacher_forced_futures_capture_what_the_model_computes(make) -> None:
+    model = make()
+    ids = random_ids(15, seed=22)
+    n = ids.shape[1]
+    forced = torch.tensor([[3, 9, 27], [5, 1, 40]])
+    rollout = ModelRollout(prepare(model), ids, evictable_layers(model))
+    futures = rollout.teacher_force(forced)
+    for m in range(2):
+        refs = reference(model, torch.cat([ids, forced[m : m + 1]], dim=1))
+        for layer in futures.layers:
+            assert_capture_matches(layer, refs[layer.layer_idx], n, n, m, response=True)
+
+
+@pytest.mark.parametrize("make", MODELS)
+@pytest.mark.parametrize("window", [1, 5])
+def test_prompt_window_captures_the_last_prompt_queries(make, window: int) -> None:
+    model = make()
+    ids = random_ids(19, seed=23)
+    n = ids.shape[1]
+    rollout = ModelRollout(prepare(model), ids, evictable_layers(model), prefill_window=window)
+    futures = rollout.prompt_window(window)
+    assert futures.token_ids.tolist() == ids[:, n - window :].tolist()
+    refs = reference(model, ids)
+    for layer in futures.layers:
+        assert_capture_matches(layer, refs[layer.layer_idx], n, n - window, 0, response=False)
+
+
+def test_every_layer_gets_its_own_keys() -> None:
+    model = tiny_llama(13, layers=3)
+    ids = random_ids(10, seed=24)
+    futures = ModelRollout(prepare(model), ids, evictable_layers(model)).teacher_force(torch.tensor([[1, 2]]))
+    keys = [layer.prompt_keys for layer in futures.layers]
+    assert not torch.allclose(keys[0], keys[1]) and not torch.allclose(keys[1], keys[2])

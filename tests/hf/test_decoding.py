@@ -1,0 +1,133 @@
+"""Decoding after eviction, compared by logits token by token against an independent reference.
+
+The reference is the plain model with transformers' ``DynamicCache`` holding every prompt
+entry at its natural position, and an attention function (registered for the test) that hides
+the evicted entries of each layer and KV head with a boolean mask before SDPA. It shares no
+code with lorekv's positioned cache, gather or position masks, so it pins the positions of
+decoded tokens, the re-fed last prompt token, and the masking of padded ragged heads in
+one-token decode steps.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny_models import random_ids, tiny_gemma3, tiny_llama
+from transformers import AttentionInterface, DynamicCache
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from lorekv import Pipeline, decode
+
+REFERENCE = "lorekv_test_masked"
+KEEP: dict[int, torch.Tensor] = {}
+"""Layer index -> (G, c) bool: which of the first c cache entries the layer keeps."""
+
+
+def masked_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Causal attention over a contiguous cache, with the evicted entries of KEEP hidden."""
+    _, heads, q, _ = query.shape
+    kv_heads, k = key.shape[1], key.shape[2]
+    visible = torch.ones(kv_heads, q, k, dtype=torch.bool).tril(k - q)
+    window = kwargs.get("sliding_window")
+    if window is not None:
+        visible &= ~torch.ones(q, k, dtype=torch.bool).tril(k - q - window)
+    keep = KEEP.get(module.layer_idx)
+    if keep is not None:
+        visible[:, :, : keep.shape[1]] &= keep.unsqueeze(1)
+    group = heads // kv_heads
+    out = F.scaled_dot_product_attention(
+        query,
+        key.repeat_interleave(group, dim=1),
+        value.repeat_interleave(group, dim=1),
+        attn_mask=visible.repeat_interleave(group, dim=0).unsqueeze(0),
+        scale=scaling,
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def reference_logits(model, prompt: torch.Tensor, keep: dict[int, torch.Tensor], fed: list[torch.Tensor]) -> list:
+    """Prefill ``prompt`` (1, c) unmasked, then feed each (1, q) chunk of ``fed`` with ``keep`` applied."""
+    AttentionInterface.register(REFERENCE, masked_attention)
+    AttentionMaskInterface.register(REFERENCE, sdpa_mask)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(REFERENCE)
+    cache = DynamicCache(config=model.config)
+    out = []
+    try:
+        with torch.no_grad():
+            KEEP.clear()
+            model(prompt, cache=cache, use_cache=True)
+            KEEP.update(keep)
+            for chunk in fed:
+                out.append(model(chunk, cache=cache, use_cache=True).logits[0, -1].float())
+    finally:
+        KEEP.clear()
+        model.set_attn_implementation(previous)
+    return out
+
+
+class Recorder:
+    """A greedy token rule that remembers the logits it chose from."""
+
+    def __init__(self) -> None:
+        self.seen: list[torch.Tensor] = []
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        self.seen.append(logits[0].clone())
+        return logits.argmax(dim=-1)
+
+
+def keep_masks(compressed) -> dict[int, torch.Tensor]:
+    mask = compressed.selection.mask()
+    return {layer: mask[row] for row, layer in enumerate(compressed.selection.layer_indices)}
+
+
+CASES = [
+    pytest.param(lambda: tiny_llama(31, layers=2), {"name": "per_head", "budget": 6, "alpha": 0.0}, id="llama-ragged"),
+    pytest.param(lambda: tiny_llama(32, layers=3), {"name": "per_layer", "budget": 6, "beta": 3.0}, id="llama-per-layer"),
+    pytest.param(lambda: tiny_gemma3(33, window=64), {"name": "uniform", "budget": 5, "sink": 1}, id="gemma3-hybrid"),
+]
+
+
+@pytest.mark.parametrize("make,policy", CASES)
+def test_query_aware_decoding_equals_masked_full_cache_by_logits(make, policy) -> None:
+    model = make()
+    ids = random_ids(28, seed=41)
+    n = ids.shape[1]
+    pipeline = Pipeline({"name": "temperature", "num_futures": 2, "num_tokens": 3}, "projected_loo", "mean", policy)
+    compressed = pipeline.compress(model, ids)
+    if policy["name"] == "per_head":
+        counts = compressed.selection.counts()
+        assert (counts != counts[:, :1]).any(), "test needs ragged heads (padding in decode steps)"
+    rule = Recorder()
+    result = decode(model, compressed, max_new_tokens=6, rule=rule)
+    assert len(rule.seen) == 6 == len(result.token_ids)
+    fed = [ids[:, n - 1 :]] + [result.token_ids[i].view(1, 1) for i in range(5)]
+    expected = reference_logits(model, ids[:, : n - 1], keep_masks(compressed), fed)
+    for step, (got, want) in enumerate(zip(rule.seen, expected, strict=True)):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=lambda m, s=step: f"step {s}: {m}")
+    torch.testing.assert_close(result.first_logits, expected[0], rtol=1e-9, atol=1e-9)
+
+
+def test_query_agnostic_decoding_equals_masked_full_cache_by_logits() -> None:
+    model = tiny_llama(34, layers=2)
+    context, question = random_ids(24, seed=42), random_ids(5, seed=43)
+    policy = {"name": "per_head", "budget": 5, "alpha": 0.0}
+    compressed = Pipeline("greedy", "attention_mass", "mean", policy).compress(model, context, query_aware=False)
+    rule = Recorder()
+    result = decode(model, compressed, question, max_new_tokens=4, rule=rule)
+    fed = [question] + [result.token_ids[i].view(1, 1) for i in range(3)]
+    expected = reference_logits(model, context, keep_masks(compressed), fed)
+    for got, want in zip(rule.seen, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+
+
+def test_decoded_positions_matter_to_the_logits() -> None:
+    """Sanity check of the reference: the same tokens at shifted positions give other logits."""
+    model = tiny_llama(35, layers=2)
+    ids = random_ids(20, seed=44)
+    keep = {0: torch.ones(2, 19, dtype=torch.bool), 1: torch.ones(2, 19, dtype=torch.bool)}
+    a = reference_logits(model, ids[:, :19], keep, [ids[:, 19:], ids[:, :1]])
+    b = reference_logits(model, ids[:, :18], {k: v[:, :18] for k, v in keep.items()}, [ids[:, 19:], ids[:, :1]])
+    assert not torch.allclose(a[1], b[1], atol=1e-6)
