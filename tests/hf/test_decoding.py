@@ -85,7 +85,9 @@ def keep_masks(compressed) -> dict[int, torch.Tensor]:
 
 CASES = [
     pytest.param(lambda: tiny_llama(31, layers=2), {"name": "per_head", "budget": 6, "alpha": 0.0}, id="llama-ragged"),
-    pytest.param(lambda: tiny_llama(32, layers=3), {"name": "per_layer", "budget": 6, "beta": 3.0}, id="llama-per-layer"),
+    pytest.param(
+        lambda: tiny_llama(32, layers=3), {"name": "per_layer", "budget": 6, "beta": 3.0}, id="llama-per-layer"
+    ),
     pytest.param(lambda: tiny_gemma3(33, window=64), {"name": "uniform", "budget": 5, "sink": 1}, id="gemma3-hybrid"),
 ]
 
