@@ -191,7 +191,7 @@ class Pipeline:
         seconds["scoring"] = time.perf_counter() - start
 
         start = time.perf_counter()
-        selection = self.policy.select(Scores(combined, tuple(layers)))
+        selection = self.policy.select(Scores(combined, tuple(layers), tail=n - candidates))
         source = rollout.head_cache if query_aware else rollout.cache
         cache = gather(source, selection, limit=candidates)
         seconds["selection"] = time.perf_counter() - start

@@ -1,13 +1,28 @@
 """Published methods as (sampler, scorer, aggregator, policy) configurations.
 
-Each preset is a function of the budget B (kept tokens per KV head on average) returning a
-:class:`~lorekv.pipeline.PipelineConfig`; ``PRESETS`` finds them by name. They are starting
+Each preset is a function of the budget B (kept candidates per KV head on average) returning a
+:class:`~lorekv.pipeline.PipelineConfig`; ``PRESETS`` finds them by name. Each docstring cites
+its paper and says where lorekv differs from the paper's reference code. They are starting
 points for ablations: change one part and keep the rest.
+
+Conventions shared by every preset, and how they map to the reference implementations:
+
+- **Budget.** B counts the kept *candidates* of each KV head. In query-aware mode the prompt's
+  last token is not a candidate: it is re-fed through the compressed cache (so the first
+  answer token is never computed from the full cache) and is kept on top of B. A preset at
+  budget B therefore keeps what the reference keeps at capacity C = B + 1 in query-aware mode,
+  and at C = B in query-agnostic mode. ``recent`` counts prompt tokens, the re-fed one
+  included, so an observation window of w tokens is the last w prompt tokens in both modes.
+- **GQA.** Selection is per KV head (the cache is pruned per KV head), from the mean of the
+  scores of its query heads, as kvpress does. The original SnapKV-family code repeats the KV
+  heads and selects per query head, which a GQA cache cannot store without copies.
+- **Ties** go to the lower token index (and, across heads, the lower head).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Literal
 
 from lorekv.pipeline import PipelineConfig
 
@@ -17,12 +32,26 @@ def _with_policy(config: PipelineConfig, **changes: object) -> PipelineConfig:
     return config.override({f"policy.{field}": value for field, value in changes.items()})
 
 
+def _check_window(method: str, budget: int, window: int) -> None:
+    if budget <= window:
+        raise ValueError(
+            f"budget must be > window for {method}: it keeps the last window={window} prompt tokens and scores "
+            f"budget - window others; got budget={budget}. Pass a smaller window (e.g. window={max(1, budget // 4)})"
+        )
+
+
 def lore_kv(
     budget: int, num_futures: int = 4, num_tokens: int = 8, temperature: float = 1.0, seed: int = 0
 ) -> PipelineConfig:
     """LORE-KV: M sampled futures of T tokens, projected leave-one-out scores, mean over futures.
 
-    "Monte Carlo Estimation for KV Cache Eviction", https://arxiv.org/abs/2610.07643.
+    "Monte Carlo Estimation for KV Cache Eviction", https://arxiv.org/abs/2610.07643. The
+    paper's defaults: M = 4 futures of T = 8 tokens at temperature 1, projected LOO, a uniform
+    budget. The aggregator is the plain mean, the paper's Monte Carlo estimator: futures drawn
+    at temperature 1 from the model itself make the mean the unbiased estimate of the expected
+    deletion cost. The reliability-weighted ensemble that gives the method its name is the
+    ``reliability`` aggregator; it reweights the futures and so estimates something else (a
+    biased, mode-seeking estimate), which is why it is the variant and not the default.
     """
     return PipelineConfig(
         sampler={"name": "temperature", "num_futures": num_futures, "num_tokens": num_tokens,
@@ -34,72 +63,107 @@ def lore_kv(
 
 
 def snapkv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineConfig:
-    """SnapKV: the last ``window`` prompt queries' attention, pooled; the window itself kept.
+    """SnapKV: the last w prompt queries' attention, max-pooled; the window itself kept.
 
-    "SnapKV: LLM Knows What You are Looking for Before Generation", https://arxiv.org/abs/2404.14469.
+    "SnapKV: LLM Knows What You are Looking for Before Generation",
+    https://arxiv.org/abs/2404.14469. As the reference code: the w window queries attend
+    causally to every prompt key (window keys included in the softmax); their attention is
+    averaged over the window (the reference sums: the same ranking) for the tokens before the
+    window only, max-pooled (kernel 7, the paper's LongBench setting) over those tokens only;
+    the top B - w of them are kept with the w window tokens. Differs: per KV head (see the
+    module docstring); budget B > w is required (the reference skips compression instead).
     """
+    _check_window("snapkv", budget, window)
     return PipelineConfig(
         sampler={"name": "prompt_window", "window": window},
         scorer={"name": "attention_mass", "pool_kernel": pool_kernel},
         aggregator={"name": "mean"},
-        policy={"name": "uniform", "budget": budget, "recent": min(window, budget)},
+        policy={"name": "uniform", "budget": budget, "recent": window},
     )
 
 
-def pyramidkv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineConfig:
-    """PyramidKV: SnapKV scoring with a pyramid of per-layer budgets.
+def pyramidkv(
+    budget: int,
+    window: int = 32,
+    pool_kernel: int = 7,
+    beta: float = 20.0,
+    rounding: Literal["exact", "reference"] = "exact",
+) -> PipelineConfig:
+    """PyramidKV: SnapKV scoring with a pyramid of per-layer budgets, the window in every layer.
 
     "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling",
-    https://arxiv.org/abs/2406.02069.
-
-    The window is not protected: the top layers' budgets (down to B / beta) are smaller than
-    any useful window, and the window's own tokens score high under its queries anyway.
+    https://arxiv.org/abs/2406.02069. As the reference (KVCache-Factory): every layer keeps the
+    w window tokens plus b_l scored ones, b_l linear from 2(B - w) - b_min in the first layer
+    to b_min = (B - w) / beta in the last, b_max clipped to the tokens before the window; a
+    prompt shorter than 2(B - w) gets SnapKV in every layer. Differs: ``rounding="exact"``
+    (default) rounds the linear schedule by largest remainder so every layer's total is
+    exactly L * B, where the reference's floored integer step keeps up to ~L^2/2 tokens more
+    (``rounding="reference"`` reproduces it); per KV head.
     """
-    return _with_policy(snapkv(budget, window, pool_kernel), name="per_layer", schedule="pyramid", recent=0)
+    _check_window("pyramidkv", budget, window)
+    return _with_policy(snapkv(budget, window, pool_kernel), name="per_layer", beta=beta, rounding=rounding)
 
 
-def ada_kv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineConfig:
-    """Ada-KV (with SnapKV scoring): heads of a layer share the layer's budget adaptively.
+def ada_kv(budget: int, window: int = 32, pool_kernel: int = 7, alpha: float = 0.2) -> PipelineConfig:
+    """Ada-KV (with SnapKV scoring): the heads of a layer share its budget adaptively.
 
     "Ada-KV: Optimizing KV Cache Eviction by Adaptive Budget Allocation for Efficient LLM
-    Inference", https://arxiv.org/abs/2407.11550.
+    Inference", https://arxiv.org/abs/2407.11550. Every head keeps the w window tokens and its
+    top floor(alpha * (B - w)) prefix tokens (the safeguard, alpha = 0.2); the layer's other
+    G * (B - w) - G * floor(alpha * (B - w)) slots go to the best remaining (head, token) pairs
+    compared on the raw pooled SnapKV scores. Differs: this is the allocation as kvpress writes
+    it (guarantee per head, then one layer-wide top-k; total exactly G * B); the original code
+    shrinks the layer-wide counts, round(n_h (1 - alpha) + floor(alpha (B - w))), whose total
+    can differ from G * B by rounding.
     """
-    return _with_policy(snapkv(budget, window, pool_kernel), name="per_head")
+    _check_window("ada_kv", budget, window)
+    return _with_policy(snapkv(budget, window, pool_kernel), name="per_head", alpha=alpha, normalize=False)
 
 
 def tova(budget: int) -> PipelineConfig:
-    """TOVA: the attention of the last prompt token alone.
+    """TOVA: the attention of the last prompt token, averaged over all heads of the layer.
 
-    "Transformers are Multi-State RNNs", https://arxiv.org/abs/2401.06104.
+    "Transformers are Multi-State RNNs", https://arxiv.org/abs/2401.06104. This is the one-shot
+    (prefill) form of TOVA, as in kvpress: the last prompt query's attention over the prompt,
+    averaged over all query heads of the layer, so every KV head keeps the same B tokens.
+    TOVA proper also evicts one token per decoding step; lorekv compresses once. The last
+    prompt token is always kept (re-fed in query-aware mode), as kvpress pins it.
     """
     return PipelineConfig(
         sampler={"name": "prompt_window", "window": 1},
-        scorer={"name": "attention_mass"},
+        scorer={"name": "attention_mass", "kv_heads": "shared"},
+        aggregator={"name": "mean"},
         policy={"name": "uniform", "budget": budget},
     )
 
 
 def streaming_llm(budget: int, sink: int = 4) -> PipelineConfig:
-    """StreamingLLM: attention sinks and the most recent tokens, nothing scored.
+    """StreamingLLM: the first ``sink`` tokens (attention sinks) and the most recent ones.
 
     "Efficient Streaming Language Models with Attention Sinks", https://arxiv.org/abs/2309.17453.
+    4 sinks, as the paper. Differs: keys keep their original positions (the reference
+    re-assigns positions inside the cache; kvpress does not either).
     """
     return PipelineConfig(
         sampler={"name": "prompt_window", "window": 1},
-        scorer={"name": "attention_mass"},
-        policy={"name": "uniform", "budget": budget, "sink": min(sink, budget), "recent": budget - min(sink, budget)},
+        scorer={"name": "recency"},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget, "sink": sink},
     )
 
 
-def lookahead(budget: int, num_tokens: int = 8) -> PipelineConfig:
-    """Lookahead-style (LAQ): one greedy future, attention mass of its queries.
+def greedy_lookahead(budget: int, num_tokens: int = 8) -> PipelineConfig:
+    """One greedy future of T tokens decoded from the full cache, attention mass of its queries.
 
-    After "Lookahead Q-Cache: Achieving More Consistent KV Eviction via Pseudo Query",
-    https://arxiv.org/abs/2505.20334.
+    lorekv's own variant, the one-future, greedy, attention-mass corner of LORE-KV's design
+    space: the cheapest future-aware method. It is *not* LAQ ("Lookahead Q-Cache",
+    https://arxiv.org/abs/2505.20334), which decodes its pseudo-queries from a cache already
+    compressed by SnapKV and adds the observation window back (see the ``laq`` preset).
     """
     return PipelineConfig(
         sampler={"name": "greedy", "num_tokens": num_tokens},
         scorer={"name": "attention_mass"},
+        aggregator={"name": "mean"},
         policy={"name": "uniform", "budget": budget},
     )
 
@@ -111,12 +175,15 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "ada_kv": ada_kv,
     "tova": tova,
     "streaming_llm": streaming_llm,
-    "lookahead": lookahead,
+    "greedy_lookahead": greedy_lookahead,
 }
 
 
-def preset(name: str, budget: int) -> PipelineConfig:
-    """The preset ``name`` at budget B = ``budget`` kept tokens per KV head on average."""
+def preset(name: str, budget: int, **options: Any) -> PipelineConfig:
+    """The preset ``name`` at budget B = ``budget`` kept tokens per KV head on average.
+
+    ``options`` are the preset's own keyword arguments (e.g. ``window=16`` for SnapKV).
+    """
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
-    return PRESETS[name](budget)
+    return PRESETS[name](budget, **options)

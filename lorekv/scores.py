@@ -14,12 +14,18 @@ class Scores:
     Attributes:
         values: (L, G, n) non-negative scores; larger means more important to keep.
         layer_indices: the model layer index of each of the L rows.
+        tail: prompt tokens after the n candidates that are kept outside the selection (1 in
+            query-aware mode: the prompt's last token, re-fed through the compressed cache).
+            They are the newest prompt tokens, so they count towards a policy's ``recent``.
     """
 
     values: torch.Tensor
     layer_indices: tuple[int, ...]
+    tail: int = 0
 
     def __post_init__(self) -> None:
+        if self.tail < 0:
+            raise ValueError(f"tail must be >= 0, got {self.tail}")
         if self.values.dim() != 3:
             raise ValueError(f"scores must have shape (L, G, n), got {tuple(self.values.shape)}")
         if len(self.layer_indices) != self.values.shape[0]:

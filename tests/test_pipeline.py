@@ -328,10 +328,13 @@ def test_ragged_heads_report_allocated_and_kept_bytes() -> None:
 
 @pytest.mark.parametrize("name", sorted(__import__("lorekv.presets", fromlist=["PRESETS"]).PRESETS))
 def test_every_preset_compresses_to_its_budget(name: str) -> None:
-    from lorekv.presets import preset
+    import inspect
+
+    from lorekv.presets import PRESETS, preset
 
     model = tiny_llama(10, layers=2)
-    compressed = Pipeline.from_config(preset(name, 12)).compress(model, random_ids(48, seed=15))
+    options = {"window": 4} if "window" in inspect.signature(PRESETS[name]).parameters else {}
+    compressed = Pipeline.from_config(preset(name, 12, **options)).compress(model, random_ids(48, seed=15))
     counts = compressed.selection.counts()
     assert int(counts.sum()) == 2 * 2 * 12, "total kept = L * G * B for every policy"
     assert compressed.stats.candidate_tokens == 47
@@ -381,8 +384,7 @@ def test_each_layer_keeps_the_policy_of_its_own_aggregated_scores(aggregator: di
 
     futures = pipeline.sampler.sample(ModelRollout(prepare(model), ids, evictable_layers(model)))
     per_layer = [
-        pipeline.scorer.reduce(pipeline.scorer.query_scores(layer), layer.num_kv_heads)[..., :candidates]
-        for layer in futures.layers
+        pipeline.scorer.reduce(pipeline.scorer.query_scores(layer), layer)[..., :candidates] for layer in futures.layers
     ]
     weights = AGGREGATORS.build(aggregator).weights(torch.stack(per_layer, 1), futures.logprobs, futures.entropies)
     assert compressed.stats.future_weights == pytest.approx(weights.tolist(), rel=1e-12)

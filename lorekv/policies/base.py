@@ -1,8 +1,13 @@
 """Policy interface: who keeps how many tokens?
 
 A policy turns scores U (L, G, n) into a :class:`~lorekv.scores.Selection` under a budget
-B = kept tokens per KV head *on average*, protected tokens (the first ``sink`` and the last
-``recent`` candidates) included. B >= n keeps everything.
+B = kept candidates per KV head *on average*, protected tokens (the first ``sink`` and the last
+``recent`` prompt tokens) included. B >= n keeps everything.
+
+``recent`` counts prompt tokens, not candidates: in query-aware mode the prompt's last token is
+re-fed through the compressed cache (``Scores.tail`` = 1), so it is the newest of the
+``recent`` tokens and the policy protects the ``recent - 1`` candidates before it. A SnapKV
+window of w tokens is then exactly the last w prompt tokens in both modes.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ class PolicyConfig(ComponentConfig):
     Attributes:
         budget: B, kept tokens per KV head on average (>= 1).
         sink: the first ``sink`` candidates are always kept (StreamingLLM's attention sinks), >= 0.
-        recent: the last ``recent`` candidates are always kept, >= 0.
+        recent: the last ``recent`` prompt tokens are always kept, >= 0 (the re-fed last token
+            of query-aware mode among them).
 
     Protected tokens count inside the budget: a head whose budget (below n) is smaller than
-    its protected count min(sink + recent, n) is an error raised by ``select``.
+    its protected count is an error raised by ``select``.
     """
 
     budget: int
@@ -63,10 +69,15 @@ class Policy(ABC):
     def normalises_scores(self) -> bool:
         return False
 
+    def protected(self, scores: Scores) -> tuple[int, int]:
+        """(sink, recent) counted in candidates: the ``scores.tail`` kept tokens after the
+        candidates are the newest of the ``recent`` prompt tokens."""
+        return self.config.sink, max(self.config.recent - scores.tail, 0)
+
     def check(self, scores: Scores) -> None:
         """Scores finite (non-negative where normalised); the protected tokens fit the budget."""
         check_scores(scores, non_negative=self.normalises_scores)
-        check_protected_fits(self.config.budget, scores.num_tokens, self.config)
+        check_protected_fits(self.config.budget, scores.num_tokens, *self.protected(scores))
 
     def select(self, scores: Scores) -> Selection:
         """Kept token indices per (layer, KV head): sorted, unique, in range; every candidate when B >= n.
@@ -95,16 +106,17 @@ def check_scores(scores: Scores, *, non_negative: bool) -> None:
         raise ValueError("scores.values must be non-negative for a policy that normalises scores per head")
 
 
-def check_protected_fits(head_budget: int, num_tokens: int, config: PolicyConfig, where: str = "") -> None:
-    """Raise unless a head with ``head_budget`` kept tokens can hold its protected tokens.
+def check_protected_fits(head_budget: int, num_tokens: int, sink: int, recent: int, where: str = "") -> None:
+    """Raise unless a head with ``head_budget`` kept candidates can hold its protected ones.
 
-    A budget of n or more keeps every candidate and always fits.
+    ``recent`` counts candidates here (see :meth:`Policy.protected`). A budget of n or more
+    keeps every candidate and always fits.
     """
-    p = protected_count(num_tokens, config.sink, config.recent)
+    p = protected_count(num_tokens, sink, recent)
     if head_budget < p:
         raise ValueError(
             f"budget {head_budget}{where} is smaller than the protected count "
-            f"min(sink + recent, n) = min({config.sink} + {config.recent}, {num_tokens}) = {p}; "
+            f"min(sink + recent, n) = min({sink} + {recent}, {num_tokens}) = {p} candidates; "
             "raise budget or lower sink/recent"
         )
 

@@ -25,8 +25,10 @@ from lorekv.validation import check_in_range
 class PerLayerConfig(PolicyConfig):
     """Attributes:
     schedule: ``"pyramid"`` (fixed, linearly decreasing) or ``"adaptive"`` (from the scores).
-    beta: pyramid steepness, the first-to-last ratio is B_max : B_min with B_min = B / beta;
-        in (1, inf).
+    beta: pyramid steepness: the last layer keeps (B - p) / beta scored tokens; in (1, inf).
+    rounding: how the pyramid is made integer. ``"exact"``: largest remainder, so the total
+        is exactly L * B. ``"reference"``: PyramidKV's own integer arithmetic (floored step),
+        whose total can exceed L * B by up to about L^2 / 2 tokens.
     floor_frac: adaptive floor, every layer keeps at least ceil(floor_frac * B) tokens per
         head; in [0, 1].
     """
@@ -34,6 +36,7 @@ class PerLayerConfig(PolicyConfig):
     name: Literal["per_layer"] = "per_layer"
     schedule: Literal["pyramid", "adaptive"] = "pyramid"
     beta: float = 20.0
+    rounding: Literal["exact", "reference"] = "exact"
     floor_frac: float = 0.2
 
     @field_validator("beta")
@@ -47,24 +50,46 @@ class PerLayerConfig(PolicyConfig):
         return check_in_range("floor_frac", value, 0.0, 1.0)
 
 
-def pyramid_budgets(num_layers: int, budget: int, beta: float, num_tokens: int) -> list[int]:
-    """Per-layer budgets of the PyramidKV schedule, capped at n.
+def pyramid_budgets(
+    num_layers: int,
+    budget: int,
+    beta: float,
+    num_tokens: int,
+    *,
+    prompt_tokens: int | None = None,
+    rounding: Literal["exact", "reference"] = "exact",
+) -> list[int]:
+    """Scored tokens per layer under the PyramidKV schedule (arXiv 2406.02069).
 
-    b_l = B_max - (B_max - B_min) * l / (L - 1) with B_min = B / beta and B_max = 2B - B_min
-    (b_0 = B when L = 1), so sum_l b_l = L * B; rounded by largest remainder (exact, on
-    fractions) to integers with the same sum, then capped at n with the excess handed to the
-    uncapped layers (:func:`~lorekv.policies.topk.cap_and_redistribute`). The result is
-    non-increasing over layers and sums to min(L * B, L * n). When B / beta < 1 the last
-    layers may round to 0 kept tokens; with sink/recent > 0 the policy raises instead.
+    ``budget`` B' and ``num_tokens`` n' count the scored (unprotected) tokens: the policy adds
+    its p protected tokens to every layer, as PyramidKV keeps its observation window in every
+    layer. With b_min = B' / beta and b_max = 2 B' - b_min, layer l of L gets
+
+        b_l = b_max - (b_max - b_min) * l / (L - 1)     (b_0 = B' when L = 1),
+
+    with b_max clipped to n' (then b_min = 2 B' - n'). When the prompt (``prompt_tokens``,
+    default n') is shorter than 2 B' the reference falls back to SnapKV, B' in every layer,
+    and so does this. ``rounding="exact"`` rounds by largest remainder (exact, on fractions):
+    non-increasing, each <= n', summing to L * B'. ``rounding="reference"`` uses PyramidKV's
+    integers: b_min = floor(B' / beta), step = floor((b_max - b_min) / (L - 1)),
+    b_l = b_max - l * step.
     """
-    b = Fraction(budget)
-    low = b / Fraction(beta)
-    high = 2 * b - low
-    if num_layers == 1:
-        quotas = [b]
-    else:
-        quotas = [high - (high - low) * Fraction(layer, num_layers - 1) for layer in range(num_layers)]
-    return cap_and_redistribute(largest_remainder(quotas, num_layers * budget), num_tokens)
+    prompt = num_tokens if prompt_tokens is None else prompt_tokens
+    if num_layers == 1 or prompt < 2 * budget:
+        return [min(budget, num_tokens)] * num_layers
+    if rounding == "reference":
+        low = math.floor(budget / beta)
+        high = 2 * budget - low
+        if high >= num_tokens:
+            high, low = num_tokens, 2 * budget - num_tokens
+        step = (high - low) // (num_layers - 1)
+        return [high - layer * step for layer in range(num_layers)]
+    low = Fraction(budget) / Fraction(beta)
+    high = 2 * budget - low
+    if high >= num_tokens:
+        high, low = Fraction(num_tokens), 2 * budget - Fraction(num_tokens)
+    quotas = [high - (high - low) * Fraction(layer, num_layers - 1) for layer in range(num_layers)]
+    return largest_remainder(quotas, num_layers * budget)
 
 
 def adaptive_budgets(values: torch.Tensor, budget: int, floor_frac: float, sink: int, recent: int) -> list[int]:
@@ -101,9 +126,10 @@ class PerLayerPolicy(Policy):
     """Per-layer budgets B_l with sum_l B_l = L * B; each head of layer l keeps its top-B_l.
 
     The schedule is ``pyramid`` (PyramidKV: more tokens in early layers, where attention is
-    broad; :func:`pyramid_budgets`) or ``adaptive`` (from the scores themselves;
-    :func:`adaptive_budgets`). B_l is capped at n; when B >= n everything is kept. Every B_l
-    below n must hold the protected tokens, or ``select`` raises.
+    broad; the p protected tokens in every layer and the pyramid over the B - p scored ones,
+    :func:`pyramid_budgets`) or ``adaptive`` (from the scores themselves;
+    :func:`adaptive_budgets`). B >= n keeps everything. Every B_l below n must hold the
+    protected tokens, or ``select`` raises.
     """
 
     config: PerLayerConfig
@@ -113,7 +139,7 @@ class PerLayerPolicy(Policy):
         return self.config.schedule == "adaptive"
 
     def layer_budgets(self, scores: Scores) -> list[int]:
-        """B_l per layer (validated), summing to min(L * B, L * n)."""
+        """B_l per layer (validated); L * B in total (``"reference"`` rounding: about that)."""
         self.check(scores)
         if self.config.budget >= scores.num_tokens:
             return [scores.num_tokens] * scores.num_layers
@@ -123,18 +149,21 @@ class PerLayerPolicy(Policy):
         """B_l for checked scores and B < n; each must hold the protected tokens."""
         cfg = self.config
         n = scores.num_tokens
+        sink, recent = self.protected(scores)
         if cfg.schedule == "pyramid":
-            budgets = pyramid_budgets(scores.num_layers, cfg.budget, cfg.beta, n)
-        else:
-            budgets = adaptive_budgets(scores.values, cfg.budget, cfg.floor_frac, cfg.sink, cfg.recent)
-        knob = f"beta={cfg.beta}" if cfg.schedule == "pyramid" else f"floor_frac={cfg.floor_frac}"
+            p = protected_count(n, sink, recent)
+            scored = pyramid_budgets(
+                scores.num_layers, cfg.budget - p, cfg.beta, n - p, prompt_tokens=n + scores.tail, rounding=cfg.rounding
+            )
+            return [p + b for b in scored]
+        budgets = adaptive_budgets(scores.values, cfg.budget, cfg.floor_frac, sink, recent)
         for layer, b in enumerate(budgets):
-            where = f" of layer {layer} ({cfg.schedule} schedule from budget={cfg.budget}, {knob})"
-            check_protected_fits(b, n, cfg, where)
+            where = f" of layer {layer} (adaptive schedule from budget={cfg.budget}, floor_frac={cfg.floor_frac})"
+            check_protected_fits(b, n, sink, recent, where)
         return budgets
 
     def choose(self, scores: Scores) -> Selection:
         """Selection with B_l tokens in every head of layer l."""
-        key = priority(scores.values, self.config.sink, self.config.recent)
+        key = priority(scores.values, *self.protected(scores))
         per_layer = torch.tensor(self._schedule(scores), device=key.device).view(-1, 1)
         return selection_from_mask(top_k_mask(key, per_layer), scores.layer_indices)

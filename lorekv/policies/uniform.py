@@ -25,6 +25,5 @@ class UniformPolicy(Policy):
 
     def choose(self, scores: Scores) -> Selection:
         """Selection with B tokens per head."""
-        cfg = self.config
-        key = priority(scores.values, cfg.sink, cfg.recent)
-        return selection_from_mask(top_k_mask(key, cfg.budget), scores.layer_indices)
+        key = priority(scores.values, *self.protected(scores))
+        return selection_from_mask(top_k_mask(key, self.config.budget), scores.layer_indices)

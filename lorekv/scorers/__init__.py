@@ -1,7 +1,7 @@
 """Scorers: how much does one prompt token matter to one query?
 
-Importing this package registers ``attention_mass``, ``loo`` and ``projected_loo`` in
-:data:`SCORERS`.
+Importing this package registers ``attention_mass``, ``loo``, ``projected_loo`` and
+``recency`` in :data:`SCORERS`.
 """
 
 from lorekv.scorers.attention import CausalAttention, causal_attention
@@ -9,6 +9,7 @@ from lorekv.scorers.attention_mass import AttentionMassConfig, AttentionMassScor
 from lorekv.scorers.base import SCORERS, Scorer, ScorerConfig
 from lorekv.scorers.loo import LOOConfig, LOOScorer
 from lorekv.scorers.projected_loo import ProjectedLOOConfig, ProjectedLOOScorer
+from lorekv.scorers.recency import RecencyConfig, RecencyScorer
 
 __all__ = [
     "SCORERS",
@@ -19,6 +20,8 @@ __all__ = [
     "LOOScorer",
     "ProjectedLOOConfig",
     "ProjectedLOOScorer",
+    "RecencyConfig",
+    "RecencyScorer",
     "Scorer",
     "ScorerConfig",
     "causal_attention",

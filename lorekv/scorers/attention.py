@@ -34,12 +34,14 @@ class CausalAttention:
         output: (M, H, T, d) attention output o = sum_j a_j v_j.
         visible: (T, n+R) bool, query t may attend to key j.
         prompt_length: n; keys ``0..n-1`` are the prompt tokens.
+        logits: (M, H, T, n+R) scaling * q . k_j, -inf on keys the query cannot see.
     """
 
     weights: torch.Tensor
     output: torch.Tensor
     visible: torch.Tensor
     prompt_length: int
+    logits: torch.Tensor
 
     @property
     def prompt_weights(self) -> torch.Tensor:
@@ -78,6 +80,7 @@ def causal_attention(layer: LayerCapture) -> CausalAttention:
         output=merge_heads(output),
         visible=visible,
         prompt_length=layer.prompt_length,
+        logits=merge_heads(logits),
     )
 
 

@@ -23,7 +23,7 @@ class AttentionMassScorer(Scorer):
     over the prompt tokens they sum to at most 1 (exactly 1 for a query that sees no
     response key, e.g. the prompt-window control). Keys the query cannot see score 0.
     With a prompt-window sampler and ``pool_kernel`` > 1 this is SnapKV; with a window of
-    one query it is TOVA; with a greedy future it is a lookahead (LAQ-style) score.
+    one query and ``kv_heads="shared"`` it is TOVA; with a greedy future it is a lookahead score.
     """
 
     config: AttentionMassConfig

@@ -3,7 +3,10 @@
 A scorer maps each layer's captured attention to per-query token scores s_j(q) of shape
 (M, H, T, n), then reduces them over the T queries of a future (mean or max) and over the
 query heads of each GQA group (mean or max), giving U_m[l, g, j] of shape (M, L, G, n).
-An optional 1-D max pooling over neighbouring prompt tokens (SnapKV's clustering) follows.
+An optional 1-D max pooling over neighbouring prompt tokens (SnapKV's clustering) follows;
+it runs over the prefix that precedes the first query, so that a prompt window's own tokens
+(positions at or after its first query, protected by the SnapKV-style presets) never lend
+their scores to the tokens before them.
 """
 
 from __future__ import annotations
@@ -30,12 +33,17 @@ class ScorerConfig(ComponentConfig):
         query_reduction: how the T queries of one future are combined.
         head_reduction: how the query heads of one KV group are combined.
         pool_kernel: odd width (>= 1) of a 1-D max pooling over neighbouring prompt tokens
-            applied after the reductions (SnapKV's clustering); 1 disables it.
+            applied after the reductions (SnapKV's clustering), over the tokens before the
+            first query only; 1 disables it.
+        kv_heads: ``"separate"`` scores each KV head from its own query heads;
+            ``"shared"`` gives every KV head of a layer the mean over all of them (all the
+            layer's query heads, as TOVA does), so every head keeps the same tokens.
     """
 
     query_reduction: Reduction = "mean"
     head_reduction: Reduction = "mean"
     pool_kernel: int = 1
+    kv_heads: Literal["separate", "shared"] = "separate"
 
     @field_validator("pool_kernel")
     @classmethod
@@ -68,25 +76,35 @@ class Scorer(ABC):
 
         Per layer: :meth:`query_scores` (M, H, T, n) -> reduce over the T queries
         (``query_reduction``) -> (M, H, n) -> reduce over the ``group`` query heads of each KV
-        head (``head_reduction``) -> (M, G, n) -> max pooling over tokens (``pool_kernel``).
-        The layers are stacked in the order of ``trajectories.layers``; with no layers the
-        result has shape (M, 0, 0, n).
+        head (``head_reduction``) -> (M, G, n) -> shared across KV heads (``kv_heads``) -> max
+        pooling over the tokens before the first query (``pool_kernel``). The layers are
+        stacked in the order of ``trajectories.layers``; with no layers the result has shape
+        (M, 0, 0, n).
         """
-        per_layer = [self.reduce(self.query_scores(layer), layer.num_kv_heads) for layer in trajectories.layers]
+        per_layer = [self.reduce(self.query_scores(layer), layer) for layer in trajectories.layers]
         if not per_layer:
             return torch.zeros(trajectories.num_futures, 0, 0, trajectories.prompt_length)
         return torch.stack(per_layer, dim=1)
 
-    def reduce(self, query_scores: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
-        """(M, H, T, n) per-query scores -> (M, G, n) per-KV-head scores, at least float32.
+    def reduce(self, query_scores: torch.Tensor, layer: LayerCapture) -> torch.Tensor:
+        """(M, H, T, n) per-query scores of ``layer`` -> (M, G, n) per-KV-head scores, at least float32.
 
         Query head h belongs to KV head g = h // group, so the heads of group g are the
         contiguous block ``g*group .. (g+1)*group - 1``.
         """
+        cfg = self.config
         scores = query_scores.to(torch.promote_types(query_scores.dtype, torch.float32))
-        per_head = reduce(scores, "m h t n -> m h n", self.config.query_reduction)
-        per_kv_head = reduce(per_head, "m (g r) n -> m g n", self.config.head_reduction, g=num_kv_heads)
-        return max_pool_tokens(per_kv_head, self.config.pool_kernel)
+        per_head = reduce(scores, "m h t n -> m h n", cfg.query_reduction)
+        per_kv_head = reduce(per_head, "m (g r) n -> m g n", cfg.head_reduction, g=layer.num_kv_heads)
+        if cfg.kv_heads == "shared":
+            per_kv_head = per_kv_head.mean(dim=1, keepdim=True).expand_as(per_kv_head).contiguous()
+        if cfg.pool_kernel == 1 or layer.query_positions.numel() == 0:
+            return per_kv_head
+        prefix = min(int(layer.query_positions.min()), per_kv_head.shape[-1])
+        if prefix == 0:
+            return per_kv_head
+        pooled = max_pool_tokens(per_kv_head[..., :prefix], cfg.pool_kernel)
+        return torch.cat([pooled, per_kv_head[..., prefix:]], dim=-1)
 
 
 def max_pool_tokens(scores: torch.Tensor, kernel: int) -> torch.Tensor:

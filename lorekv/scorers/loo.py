@@ -6,32 +6,14 @@ from typing import Literal
 
 import torch
 from einops import einsum, rearrange
-from pydantic import field_validator
 
 from lorekv.scorers.attention import CausalAttention, causal_attention, merge_heads, split_heads
 from lorekv.scorers.base import SCORERS, Scorer, ScorerConfig
 from lorekv.trajectories import LayerCapture
-from lorekv.validation import check_in_range
-
-
-def check_eps(value: float) -> float:
-    """Validate the 1 - a_j guard: a float in the open interval (0, 1)."""
-    return check_in_range("eps", value, 0.0, 1.0, low_open=True, high_open=True)
 
 
 class DeletionConfig(ScorerConfig):
-    """Config shared by the leave-one-out scorers.
-
-    Attributes:
-        eps: lower bound on 1 - a_j in the renormalisation factor a_j / (1 - a_j), in (0, 1).
-    """
-
-    eps: float = 1e-6
-
-    @field_validator("eps")
-    @classmethod
-    def _eps(cls, value: float) -> float:
-        return check_eps(value)
+    """Config shared by the leave-one-out scorers (the reductions of :class:`ScorerConfig`)."""
 
 
 class LOOConfig(DeletionConfig):
@@ -52,20 +34,24 @@ class LOOScorer(Scorer):
 
     Unlike attention mass, this credits a token only as far as removing it actually changes
     what the head outputs: a heavily attended token whose value equals the output anyway
-    scores little. The norm is computed without forming v_j - o per (query, token):
-    ||v_j - o||^2 = ||v_j||^2 - 2 v_j . o + ||o||^2 (clamped at 0), one n x d product per
-    query. That expansion has an absolute float32 rounding error of order
-    eps32 * ||v_j||^2, i.e. sqrt(eps32) * ||v_j|| on the norm, which the factor
-    a_j / (1 - a_j) would amplify for a heavily attended token (a sink with a_j = 0.999 would
-    get a few per cent of noise). Only a token with a_j > 1/2 has a factor above 1, and at most
-    one prompt token per query can, so for each query's most attended prompt token the norm
-    is recomputed directly from v_j - o (O(d) per query); every other token keeps the
-    expansion with a factor <= 1. 1 - a_j is guarded by ``eps``: the factor never exceeds
-    a_j / eps.
+    scores little.
+
+    Numerics. For every token but the query's most attended prompt token j*, a_j <= 1/2
+    (a_j <= a_j* and a_j + a_j* <= 1), so the factor a_j / (1 - a_j) is at most 1 and the norm
+    comes from the expansion ||v_j - o||^2 = ||v_j||^2 - 2 v_j . o + ||o||^2 (one n x d
+    product per query, the order of attention itself). For j* the closed form cancels: when
+    a_j* -> 1 (an attention sink), o -> v_j* and both 1 - a_j* and v_j* - o are rounding noise.
+    j* is therefore scored in the equivalent stable form
+
+        s_j* = a_j* * ||v_j* - o_{-j*}||,   o_{-j*} = sum_{i != j*} a_i v_i / sum_{i != j*} a_i,
+
+    (from v_j* - o = (1 - a_j*)(v_j* - o_{-j*})), o_{-j*} being the softmax of the other keys'
+    logits applied to their values: nothing is obtained by subtraction, and it keeps its
+    relative accuracy down to 1 - a_j* ~ 1e-9 and below in float32 (and where a_j* rounds to 1).
 
     Edge cases: a key the query cannot see has a_j = 0 and scores 0. If j is the only key
     the query sees, then a_j = 1 and o = v_j; deleting j leaves nothing to renormalise and
-    the score is defined as 0 (the exact value of the guarded formula, a_j / eps * 0).
+    the score is defined as 0.
     """
 
     config: LOOConfig
@@ -75,8 +61,7 @@ class LOOScorer(Scorer):
         attention = causal_attention(layer)
         values = layer.prompt_values.to(attention.output.dtype)
         sq_dist = sq_distances(values, attention.output)
-        sq_dist = refine_dominant(sq_dist, values, attention)
-        return deletion_scores(attention, sq_dist, self.config.eps)
+        return deletion_scores(attention, sq_dist, layer)
 
 
 def sq_distances(prompt_values: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
@@ -96,51 +81,56 @@ def sq_distances(prompt_values: torch.Tensor, output: torch.Tensor) -> torch.Ten
     return merge_heads(value_sq - 2 * cross + output_sq)
 
 
-def refine_dominant(
-    sq_distance: torch.Tensor, prompt_values: torch.Tensor, attention: CausalAttention, gram: torch.Tensor | None = None
+def deletion_scores(
+    attention: CausalAttention, sq_distance: torch.Tensor, layer: LayerCapture, gram: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Recompute the squared distance of each query's most attended prompt token directly.
+    """a_j / (1 - a_j) * sqrt(max(sq_distance, 0)), with each query's dominant token in the stable form.
 
     Args:
-        sq_distance: (M, H, T, n) squared distances from the expansion.
-        prompt_values: (G, n, d) values v_j of the prompt tokens.
-        attention: the layer's attention (prompt weights (M, H, T, n), outputs (M, H, T, d)).
-        gram: (H, d, d) optional metric G_h: the distance is (v_j - o)^T G_h (v_j - o) instead
-            of ||v_j - o||^2.
-
-    Returns:
-        (M, H, T, n) ``sq_distance`` with entry j* = argmax_j a_j of every query replaced by the
-        value computed from the difference v_j* - o (accurate when a_j* -> 1, where the
-        expansion cancels).
-    """
-    if sq_distance.shape[-1] == 0:
-        return sq_distance
-    num_kv_heads = prompt_values.shape[0]
-    top = split_heads(attention.prompt_weights.argmax(dim=-1), num_kv_heads)  # (M, G, r, T)
-    kv_head = rearrange(torch.arange(num_kv_heads, device=top.device), "g -> 1 g 1 1")
-    diff = prompt_values[kv_head, top] - split_heads(attention.output, num_kv_heads)  # (M, G, r, T, d)
-    if gram is None:
-        top_sq = einsum(diff, diff, "m g r t d, m g r t d -> m g r t")
-    else:
-        grouped_gram = rearrange(gram, "(g r) d e -> g r d e", g=num_kv_heads)
-        top_sq = einsum(diff, grouped_gram, diff, "m g r t d, g r d e, m g r t e -> m g r t")
-    index = rearrange(merge_heads(top), "m h t -> m h t 1")
-    return sq_distance.scatter(-1, index, rearrange(merge_heads(top_sq), "m h t -> m h t 1"))
-
-
-def deletion_scores(attention: CausalAttention, sq_distance: torch.Tensor, eps: float) -> torch.Tensor:
-    """a_j / max(1 - a_j, eps) * sqrt(max(sq_distance, 0)), 0 for queries that see one key.
-
-    Args:
-        attention: the layer's attention; its prompt weights a_j are (M, H, T, n).
+        attention: the layer's attention; weights (M, H, T, n+R), outputs (M, H, T, d).
         sq_distance: (M, H, T, n) squared norm of (a projection of) v_j - o.
-        eps: lower bound on 1 - a_j.
+        layer: the capture (its values, for the dominant token's o_{-j*}).
+        gram: (H, d, d) optional metric G_h; the dominant token's distance is then
+            (v_j* - o_{-j*})^T G_h (v_j* - o_{-j*}).
 
     Returns:
-        (M, H, T, n) non-negative scores.
+        (M, H, T, n) non-negative scores; 0 for invisible keys and for a query's only key.
     """
     weights = attention.prompt_weights
-    factor = weights / (1.0 - weights).clamp_min(eps)
-    distance = sq_distance.clamp_min(0.0).sqrt()
-    lone = rearrange(attention.lone_query, "t -> t 1")
-    return torch.where(lone, torch.zeros_like(distance), factor * distance)
+    factor = weights / (1.0 - weights)
+    scores = factor * sq_distance.clamp_min(0.0).sqrt()
+    if weights.shape[-1] == 0:
+        return scores
+    top, top_scores = dominant_scores(attention, layer, gram)
+    return scores.scatter(-1, rearrange(top, "m h t -> m h t 1"), rearrange(top_scores, "m h t -> m h t 1"))
+
+
+def dominant_scores(
+    attention: CausalAttention, layer: LayerCapture, gram: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each query's most attended prompt token j* and its score a_j* ||v_j* - o_{-j*}|| (in G_h's metric).
+
+    o_{-j*} is the attention output with j* deleted, a softmax over the other visible keys'
+    logits: it is exact even where their weights under the full softmax underflow to 0.
+
+    Returns:
+        top: (M, H, T) long, j* = argmax_j a_j over the prompt keys.
+        scores: (M, H, T) the deletion score of j*; 0 when j* is the only key (or no key) the
+            query sees.
+    """
+    g = layer.num_kv_heads
+    values = layer.values().to(attention.output.dtype)  # (M, G, n+R, d)
+    top = attention.prompt_weights.argmax(dim=-1, keepdim=True)  # (M, H, T, 1)
+    a_top = attention.prompt_weights.gather(-1, top).squeeze(-1)
+    others = attention.logits.scatter(-1, top, -torch.inf)
+    has_other = torch.isfinite(others).any(dim=-1)  # (M, H, T)
+    others = torch.softmax(others.masked_fill(~has_other.unsqueeze(-1), 0.0), dim=-1)
+    o_minus = merge_heads(einsum(split_heads(others, g), values, "m g r t s, m g s d -> m g r t d"))
+    kv_head = rearrange(torch.arange(g, device=top.device), "g -> 1 g 1 1")
+    v_top = merge_heads(layer.prompt_values.to(values.dtype)[kv_head, split_heads(top.squeeze(-1), g)])
+    diff = v_top - o_minus  # (M, H, T, d)
+    if gram is None:
+        sq = einsum(diff, diff, "m h t d, m h t d -> m h t")
+    else:
+        sq = einsum(diff, gram, diff, "m h t d, h d e, m h t e -> m h t")
+    return top.squeeze(-1), torch.where(has_other, a_top * sq.clamp_min(0.0).sqrt(), torch.zeros_like(a_top))

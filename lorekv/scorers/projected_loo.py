@@ -9,7 +9,7 @@ from einops import einsum, rearrange
 
 from lorekv.scorers.attention import causal_attention, merge_heads, split_heads
 from lorekv.scorers.base import SCORERS, Scorer
-from lorekv.scorers.loo import DeletionConfig, deletion_scores, refine_dominant
+from lorekv.scorers.loo import DeletionConfig, deletion_scores
 from lorekv.trajectories import LayerCapture
 
 
@@ -34,11 +34,11 @@ class ProjectedLOOScorer(Scorer):
 
     v_j^T G_h v_j and G_h v_j are per token and computed once per head; per query the cost is
     one n x d product, the order of attention itself. No D-dimensional vector is formed per
-    (query, token) pair. As for LOO, each query's most attended prompt token (the only one
-    whose factor a_j / (1 - a_j) can exceed 1) gets its distance recomputed directly,
-    (v_j - o)^T G_h (v_j - o), which costs O(d^2) per query and avoids amplifying the
-    expansion's cancellation error. Edge cases (invisible keys, a lone visible key, the
-    ``eps`` guard) are as for LOO.
+    (query, token) pair. As for LOO, each query's most attended prompt token j* (the only one
+    whose factor a_j / (1 - a_j) can exceed 1) is scored in the stable form
+    a_j* ||W_o^h (v_j* - o_{-j*})|| with o_{-j*} summed from the other tokens, which stays
+    accurate for attention sinks (1 - a_j* down to 1e-9 and below in float32). Edge cases
+    (invisible keys, a lone visible key) are as for LOO.
     """
 
     config: ProjectedLOOConfig
@@ -50,8 +50,7 @@ class ProjectedLOOScorer(Scorer):
         gram = gram_matrices(layer.o_proj.to(dtype), layer.num_heads)
         values = layer.prompt_values.to(dtype)
         sq_dist = projected_sq_distances(values, attention.output, gram)
-        sq_dist = refine_dominant(sq_dist, values, attention, gram)
-        return deletion_scores(attention, sq_dist, self.config.eps)
+        return deletion_scores(attention, sq_dist, layer, gram)
 
 
 def gram_matrices(o_proj: torch.Tensor, num_heads: int) -> torch.Tensor:

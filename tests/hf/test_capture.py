@@ -8,47 +8,18 @@ Every field of every :class:`LayerCapture` must equal them.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
+from recording import reference
 from tiny_models import random_ids, tiny_gemma3, tiny_llama
-from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from lorekv.hf import ModelRollout, evictable_layers, prepare
 from lorekv.scorers.attention import causal_attention
 
-RECORD = "lorekv_test_record"
 MODELS = [
     pytest.param(lambda: tiny_llama(11, layers=3), id="llama-gqa"),
     pytest.param(lambda: tiny_gemma3(12, window=64), id="gemma3-hybrid"),
 ]
-
-
-def reference(model, ids: torch.Tensor) -> dict[int, dict[str, object]]:
-    """Per layer: the model's own query (H, q, d), key and value (G, q, d), scaling, output (H, q, d)."""
-    records: dict[int, dict[str, object]] = {}
-
-    def recording(module, query, key, value, attention_mask, **kwargs):
-        eager = sys.modules[type(module).__module__].eager_attention_forward
-        out, _ = eager(module, query, key, value, attention_mask, **kwargs)
-        records[module.layer_idx] = {
-            "query": query[0], "key": key[0], "value": value[0],
-            "scaling": kwargs.get("scaling"), "output": out[0].transpose(0, 1), "o_proj": module.o_proj.weight,
-        }  # fmt: skip
-        return out, None
-
-    AttentionInterface.register(RECORD, recording)
-    AttentionMaskInterface.register(RECORD, eager_mask)
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(RECORD)
-    try:
-        with torch.no_grad():
-            model(ids, use_cache=False)
-    finally:
-        model.set_attn_implementation(previous)
-    return records
 
 
 def assert_capture_matches(layer, ref: dict[str, object], n: int, start: int, future: int, response: bool) -> None:

@@ -136,15 +136,11 @@ def test_pyramid_budgets_are_exact_and_non_increasing(case, beta):
     scores, budget, sink, recent = case
     l, n = scores.num_layers, scores.num_tokens
     policy = PerLayerPolicy(PerLayerConfig(budget=budget, sink=sink, recent=recent, beta=beta))
-    budgets = [n] * l if budget >= n else pyramid_budgets(l, budget, beta, n)
+    p = min(sink + recent, n)
+    budgets = [n] * l if budget >= n else [p + b for b in pyramid_budgets(l, budget - p, beta, n - p, prompt_tokens=n)]
     assert sum(budgets) == min(l * budget, l * n)
     assert all(a >= b for a, b in zip(budgets, budgets[1:], strict=False))
-    assert all(0 <= b <= n for b in budgets)
-    p = min(sink + recent, n)
-    if min(budgets) < p:
-        with pytest.raises(ValueError, match="budget"):
-            policy.select(scores)
-        return
+    assert all(p <= b <= n for b in budgets), "every layer keeps the protected tokens"
     sel = policy.select(scores)
     mask = check_well_formed(sel, scores, sink, recent)
     assert sel.counts().tolist() == [[b] * scores.num_kv_heads for b in budgets]
@@ -280,9 +276,32 @@ def test_adaptive_budgets_equal_brute_force(case, floor_frac):
 
 def test_pyramid_by_hand():
     assert pyramid_budgets(4, 5, 20.0, 100) == [10, 7, 3, 0]
-    assert pyramid_budgets(4, 5, 20.0, 8) == [8, 8, 4, 0]
+    assert pyramid_budgets(4, 5, 20.0, 9) == [5, 5, 5, 5], "prompt < 2B: SnapKV in every layer"
+    assert pyramid_budgets(4, 5, 20.0, 10) == [10, 7, 3, 0]
     assert pyramid_budgets(1, 5, 20.0, 100) == [5]
     assert pyramid_budgets(3, 6, 2.0, 100) == [9, 6, 3]
+    # b_max clipped to n' = 7 (of a 12-token prompt): b_min = 2 * 5 - 7 = 3.
+    assert pyramid_budgets(3, 5, 20.0, 7, prompt_tokens=12) == [7, 5, 3]
+    # PyramidKV's integers: b_min = 32 // 20 = 1, b_max = 63, step = 62 // 29 = 2.
+    reference = pyramid_budgets(30, 32, 20.0, 1000, rounding="reference")
+    assert reference[:3] == [63, 61, 59] and reference[-1] == 5 and sum(reference) == 1020 > 30 * 32
+    exact = pyramid_budgets(30, 32, 20.0, 1000)
+    assert sum(exact) == 960 and exact[0] in (62, 63) and exact[-1] in (1, 2)  # 62.4 ... 1.6
+
+
+def test_pyramid_keeps_the_protected_window_in_every_layer_and_spreads_the_rest():
+    """PyramidKV (L = 30, B = 64, w = 32): the top layer keeps the window and (B - w) / beta scored tokens."""
+    scores = Scores(torch.rand(30, 1, 2000, generator=torch.Generator().manual_seed(0)), tuple(range(30)))
+    policy = PerLayerPolicy(PerLayerConfig(budget=64, recent=32, beta=20.0))
+    budgets = policy.layer_budgets(scores)
+    assert budgets[0] - 32 in (62, 63) and budgets[-1] - 32 in (1, 2) and sum(budgets) == 30 * 64
+    tail = Scores(scores.values, scores.layer_indices, tail=1)
+    # Query-aware: the re-fed last token is the window's last, 31 candidates are protected and
+    # B' = 64 - 31 scored: PyramidKV at capacity B + 1 (the re-fed token is kept on top of B).
+    expected = [31 + b for b in pyramid_budgets(30, 33, 20.0, 2000 - 31, prompt_tokens=2001)]
+    assert policy.layer_budgets(tail) == expected
+    kept = policy.select(tail).mask()
+    assert bool(kept[:, :, -31:].all()) and not bool(kept[:, :, -32].all())
 
 
 @fast
@@ -295,8 +314,9 @@ def test_per_head_budgets_and_floors(case, alpha, normalize):
     mask = check_well_formed(sel, scores, sink, recent)
     counts = sel.counts()
     assert counts.sum(dim=1).tolist() == [g * min(budget, n)] * l
-    floor = max(math.floor(round(alpha * budget, 9)), min(sink + recent, n))
-    assert policy.head_floor(n) == floor
+    p = min(sink + recent, n)
+    floor = p + math.floor(round(alpha * (budget - p), 9))
+    assert policy.head_floor(scores) == floor
     assert bool((counts >= min(floor, n)).all()) and bool((counts <= n).all())
     check_head_top_k(mask, scores.values, sink, recent)
     key = normalised(scores.values) if normalize else scores.values
@@ -325,7 +345,7 @@ def test_per_head_matches_brute_force(g, n, sink, recent, alpha, seed, data):
     values = torch.rand(1, g, n, generator=torch.Generator().manual_seed(seed))
     policy = PerHeadPolicy(PerHeadConfig(budget=budget, sink=sink, recent=recent, alpha=alpha))
     mask = policy.select(Scores(values, (0,))).mask()[0]
-    key, must, floor = normalised(values)[0], protected(n, sink, recent), policy.head_floor(n)
+    key, must, floor = normalised(values)[0], protected(n, sink, recent), policy.head_floor(Scores(values, (0,)))
     best = -1.0
     for bits in itertools.product([False, True], repeat=g * n):
         keep = torch.tensor(bits).view(g, n)
@@ -386,7 +406,6 @@ def test_invalid_config_raises(spec, param):
         {"name": "per_head", "budget": 3, "sink": 2, "recent": 2},
         {"name": "per_layer", "budget": 3, "sink": 2, "recent": 2},
         {"name": "per_layer", "budget": 3, "sink": 2, "recent": 2, "schedule": "adaptive"},
-        {"name": "per_layer", "budget": 8, "sink": 2, "recent": 2, "beta": 20},
     ],
 )
 def test_budget_below_protected_count_raises(spec):
@@ -395,6 +414,14 @@ def test_budget_below_protected_count_raises(spec):
         POLICIES.build(spec).select(scores)
     short = Scores(torch.rand(4, 2, spec["budget"]), (0, 1, 2, 3))
     assert bool(POLICIES.build(spec).select(short).mask().all())
+
+
+def test_a_steep_pyramid_still_keeps_the_protected_tokens_in_every_layer():
+    scores = Scores(torch.rand(4, 2, 50), (0, 1, 2, 3))
+    policy = POLICIES.build({"name": "per_layer", "budget": 8, "sink": 2, "recent": 2, "beta": 20})
+    mask = policy.select(scores).mask()
+    assert bool(mask[:, :, :2].all()) and bool(mask[:, :, -2:].all())
+    assert mask.sum(dim=-1)[:, 0].tolist() == policy.layer_budgets(scores) and sum(policy.layer_budgets(scores)) == 32
 
 
 @pytest.mark.parametrize("name", ["uniform", "per_layer", "per_head"])
@@ -423,6 +450,7 @@ def test_registry_round_trip():
         "recent": 0,
         "schedule": "adaptive",
         "beta": 20.0,
+        "rounding": "exact",
         "floor_frac": 0.2,
     }
 

@@ -1,0 +1,40 @@
+"""The model's own attention, recorded: a reference that goes through none of lorekv's code.
+
+:func:`reference` runs the plain model once with an attention function (registered for the
+test) that records what the model's own ``eager_attention_forward`` receives and returns.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+RECORD = "lorekv_test_record"
+
+
+def reference(model, ids: torch.Tensor) -> dict[int, dict[str, object]]:
+    """Per layer: the model's own query (H, q, d), key and value (G, q, d), scaling, output (H, q, d)."""
+    records: dict[int, dict[str, object]] = {}
+
+    def recording(module, query, key, value, attention_mask, **kwargs):
+        eager = sys.modules[type(module).__module__].eager_attention_forward
+        out, _ = eager(module, query, key, value, attention_mask, **kwargs)
+        records[module.layer_idx] = {
+            "query": query[0], "key": key[0], "value": value[0],
+            "scaling": kwargs.get("scaling"), "output": out[0].transpose(0, 1), "o_proj": module.o_proj.weight,
+        }  # fmt: skip
+        return out, None
+
+    AttentionInterface.register(RECORD, recording)
+    AttentionMaskInterface.register(RECORD, eager_mask)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(RECORD)
+    try:
+        with torch.no_grad():
+            model(ids, use_cache=False)
+    finally:
+        model.set_attn_implementation(previous)
+    return records
