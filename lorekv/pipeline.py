@@ -180,7 +180,7 @@ class Pipeline:
         seconds["prefill"] = time.perf_counter() - start
 
         start = time.perf_counter()
-        trajectories = self.sampler.sample(rollout)
+        trajectories = self.sampler.futures(rollout)
         seconds["sampling"] = time.perf_counter() - start
 
         n = input_ids.shape[1]

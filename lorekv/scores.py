@@ -61,12 +61,20 @@ class Selection:
     layer_indices: tuple[int, ...]
     num_tokens: int
 
+    @property
+    def device(self) -> torch.device:
+        """Where the indices live (the CPU for a selection without heads); derived tensors are built there."""
+        for layer in self.indices:
+            for head in layer:
+                return head.device
+        return torch.device("cpu")
+
     def counts(self) -> torch.Tensor:
-        """(L, G) long: kept tokens per layer and KV head."""
+        """(L, G) long on the CPU: kept tokens per layer and KV head (bookkeeping, read with ``tolist``)."""
         return torch.tensor([[len(head) for head in layer] for layer in self.indices], dtype=torch.long)
 
     def padded(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer ``layer`` as a rectangle padded to its longest head.
+        """Layer ``layer`` as a rectangle padded to its longest head, on :attr:`device`.
 
         Returns:
             indices: (G, K) long, padding slots repeat the head's last kept index (or 0).
@@ -74,9 +82,10 @@ class Selection:
         """
         heads = self.indices[layer]
         k = max(len(h) for h in heads)
-        idx = torch.zeros(len(heads), k, dtype=torch.long)
-        valid = torch.zeros(len(heads), k, dtype=torch.bool)
+        idx = torch.zeros(len(heads), k, dtype=torch.long, device=self.device)
+        valid = torch.zeros(len(heads), k, dtype=torch.bool, device=self.device)
         for g, head in enumerate(heads):
+            head = head.to(idx.device)
             idx[g, : len(head)] = head
             if 0 < len(head) < k:
                 idx[g, len(head) :] = head[-1]
@@ -84,9 +93,15 @@ class Selection:
         return idx, valid
 
     def mask(self) -> torch.Tensor:
-        """(L, G, n) bool: True where a token is kept."""
-        out = torch.zeros(len(self.indices), len(self.indices[0]), self.num_tokens, dtype=torch.bool)
+        """(L, G, n) bool on :attr:`device`: True where a token is kept.
+
+        Built where the indices live: indexing a CPU mask with accelerator indices fails (and
+        on the ``meta`` device silently writes nothing).
+        """
+        out = torch.zeros(
+            len(self.indices), len(self.indices[0]), self.num_tokens, dtype=torch.bool, device=self.device
+        )
         for layer, heads in enumerate(self.indices):
             for g, head in enumerate(heads):
-                out[layer, g, head] = True
+                out[layer, g, head.to(out.device)] = True
         return out

@@ -1,6 +1,7 @@
 """What a sampler hands to a scorer: the futures and the attention they were computed with.
 
-Shapes use: M futures, T response tokens per future (or prompt-window queries), H query
+Shapes use: M futures, T response tokens per future (or prompt-window queries; a layer holds
+T+1 queries when the sampler's ``include_last_prompt_query`` puts the query at n-1 first), H query
 heads, G KV heads (H = G * group), n prompt tokens, R response keys (R = T for sampled or
 teacher-forced futures, 0 for the prompt-window control), d head dim, D hidden size.
 """
@@ -24,7 +25,8 @@ class LayerCapture:
 
     Attributes:
         layer_idx: index of the layer in the model.
-        queries: (M, H, T, d) post-RoPE query states.
+        queries: (M, H, T, d) post-RoPE query states (T may exceed the futures' token count by
+            one: the last prompt query, see ``SamplerConfig.include_last_prompt_query``).
         query_positions: (T,) long, absolute positions of the queries.
         prompt_keys: (G, n, d) keys of the prompt (shared by all futures).
         prompt_values: (G, n, d) values of the prompt.

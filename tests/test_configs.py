@@ -45,3 +45,13 @@ def test_every_shipped_config_parses_and_round_trips(path: Path, tmp_path: Path)
     config = PipelineConfig.from_file(path)
     assert config.model_dump(mode="json") == yaml.safe_load(path.read_text()), "the file spells out every field"
     round_trips(config, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["lore_kv", "snapkv", "lookahead"])
+def test_last_prompt_query_option_round_trips(name: str, tmp_path: Path) -> None:
+    config = preset(name, 16).override({"sampler.include_last_prompt_query": True})
+    assert config.sampler.include_last_prompt_query is True
+    assert "include_last_prompt_query: true" in config.to_yaml()
+    round_trips(config, tmp_path)
+    assert Pipeline.from_config(config).sampler.config.include_last_prompt_query is True
+    assert preset(name, 16).sampler.include_last_prompt_query is False

@@ -400,3 +400,29 @@ def test_each_layer_keeps_the_policy_of_its_own_aggregated_scores(aggregator: di
     assert kept[0] != kept[-1], "test needs layers that keep different tokens"
     assert compressed.selection.layer_indices == futures.layer_indices == (0, 1, 2)
     assert compressed.selection.num_tokens == candidates
+
+
+def scores_of(pipeline: Pipeline, model, ids: torch.Tensor):
+    """``pipeline.compress`` and the combined scores (L, G, n-1) its policy was given."""
+    seen = []
+    select = pipeline.policy.select
+    pipeline.policy.select = lambda scores: (seen.append(scores.values), select(scores))[1]
+    compressed = pipeline.compress(model, ids)
+    return compressed, seen[0]
+
+
+@pytest.mark.parametrize("scorer", ["attention_mass", "projected_loo"])
+def test_last_prompt_query_option_adds_the_query_at_n_minus_1(scorer: str) -> None:
+    """On: U = (T U_off + U_last) / (T + 1) with mean reductions, U_last the prompt-window(1) score."""
+    model = tiny_llama(4)
+    ids = random_ids(18, seed=9)
+    policy = {"name": "uniform", "budget": 5}
+    on = Pipeline({**LORE, "include_last_prompt_query": True}, scorer, "mean", policy)
+    compressed, with_last = scores_of(on, model, ids)
+    _, without = scores_of(Pipeline(LORE, scorer, "mean", policy), model, ids)
+    _, last = scores_of(Pipeline({"name": "prompt_window", "window": 1}, scorer, "mean", policy), model, ids)
+    assert not torch.allclose(with_last, without)
+    t = LORE["num_tokens"]
+    torch.testing.assert_close(with_last, (t * without + last) / (t + 1), rtol=1e-9, atol=1e-12)
+    assert compressed.stats.kept == ((5, 5), (5, 5))
+    assert compressed.stats.future_weights == pytest.approx((1 / 3,) * 3)

@@ -93,6 +93,8 @@ def lorekv_attention(
         )
     if kwargs.get("softcap") is not None:
         raise NotImplementedError("lorekv attention does not support attention logit soft-capping")
+    if kwargs.get("s_aux") is not None:
+        raise NotImplementedError("lorekv attention does not support attention sinks (s_aux)")
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     if active.capture is not None:

@@ -46,13 +46,93 @@ def attention_modules(model: PreTrainedModel) -> dict[int, torch.nn.Module]:
     }
 
 
+SINK_MODEL_TYPES = frozenset({"gpt_oss"})
+"""Model types whose attention adds learned per-head sink logits (``s_aux``) to the softmax."""
+
+QUANTISED_WEIGHT_CLASSES = frozenset({"Params4bit", "Int8Params"})
+"""Weight classes (bitsandbytes) that hold a packed or quantised matrix, not W_o itself."""
+
+QUANTISED_LINEAR_CLASSES = frozenset({"Linear4bit", "Linear8bitLt", "LinearFP4", "LinearNF4"})
+"""Linear classes (bitsandbytes) whose weight is not the real output projection."""
+
+
+def attention_sinks(model: PreTrainedModel) -> list[int]:
+    """Layers whose attention adds learned sink logits (gpt-oss style ``s_aux``) to the softmax.
+
+    Detected from the attention modules (a ``sinks`` or ``s_aux`` attribute that is set) and,
+    should a model name them otherwise, from the config's model type (every layer then).
+    """
+    modules = attention_modules(model)
+    found = [
+        idx for idx, m in sorted(modules.items()) if any(getattr(m, a, None) is not None for a in ("sinks", "s_aux"))
+    ]
+    if not found and getattr(text_config(model.config), "model_type", None) in SINK_MODEL_TYPES:
+        found = sorted(modules) or list(range(len(layer_types(model.config))))
+    return found
+
+
+def chunked_attention(config: PretrainedConfig) -> bool:
+    """Whether some layer attends within fixed chunks (Llama 4): a ``"chunked_attention"`` layer
+    type, or ``attention_chunk_size`` set in the text config (transformers then chunks every
+    layer that has no other type)."""
+    text = text_config(config)
+    return "chunked_attention" in layer_types(config) or getattr(text, "attention_chunk_size", None) is not None
+
+
+def quantised_projection(projection: torch.nn.Module) -> str | None:
+    """Why ``projection`` (an ``o_proj``) does not hold the real (out, in) float matrix, or None.
+
+    The reason completes "o_proj ...", e.g. "is a quantised Linear4bit".
+
+    Catches bitsandbytes' ``Linear4bit``/``Linear8bitLt`` (by class and module name, without
+    importing bitsandbytes) and any weight that is not a floating tensor of shape
+    (out_features, in_features): packed 4-bit storage (uint8, (n/2, 1)) or int8 codes would
+    otherwise be read as W_o and give meaningless projected-LOO scores.
+    """
+    cls = type(projection)
+    if cls.__name__ in QUANTISED_LINEAR_CLASSES or cls.__module__.split(".")[0] == "bitsandbytes":
+        return f"is a quantised {cls.__name__}"
+    weight = getattr(projection, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        return "has no weight tensor"
+    if type(weight).__name__ in QUANTISED_WEIGHT_CLASSES or type(weight).__module__.split(".")[0] == "bitsandbytes":
+        return f"has a quantised {type(weight).__name__} weight"
+    if not weight.is_floating_point():
+        return f"has a {weight.dtype} weight (quantised codes)"
+    shape = (getattr(projection, "out_features", None), getattr(projection, "in_features", None))
+    if tuple(weight.shape) != shape:
+        return f"has a weight of shape {tuple(weight.shape)}, not (out_features, in_features) = {shape}"
+    return None
+
+
 def check_supported(model: PreTrainedModel) -> None:
-    """Fail early, before any model work, for models lorekv cannot hook into."""
+    """Fail early, before any model work, for models lorekv cannot hook into or cannot model.
+
+    Refused, each with a ``ValueError`` naming the feature: no attention interface, logit
+    soft-capping, attention sinks (extra softmax terms lorekv's attention and scorers would
+    ignore), chunked attention layers (a mask lorekv does not apply), layer types other than
+    full and sliding attention, no full-attention layer, and an ``o_proj`` that is missing or
+    quantised (the projected scorers need the real W_o^h).
+    """
     name = type(model).__name__
     if not getattr(model, "_supports_attention_backend", False):
         raise ValueError(f"{name} does not use transformers' attention interface; lorekv needs it to capture queries")
     if getattr(text_config(model.config), "attn_logit_softcapping", None):
         raise ValueError(f"{name} uses attention logit soft-capping, which lorekv does not support")
+    sinks = attention_sinks(model)
+    if sinks:
+        raise ValueError(
+            f"{name} uses attention sinks (learned per-head sink logits, s_aux) in layers {sinks}; "
+            "lorekv's attention and scores would ignore them, so it does not support them"
+        )
+    if chunked_attention(model.config):
+        raise ValueError(
+            f"{name} uses chunked attention (attention_chunk_size / 'chunked_attention' layers), "
+            "which lorekv does not support"
+        )
+    unknown = sorted(set(layer_types(model.config)) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise ValueError(f"{name} has layer types {unknown}; lorekv supports full and sliding attention only")
     layers = evictable_layers(model)
     if not layers:
         raise ValueError(f"{name} has no full-attention layer to evict from")
@@ -63,4 +143,10 @@ def check_supported(model: PreTrainedModel) -> None:
             raise ValueError(
                 f"{name}: layer {idx} has no attention module with an `o_proj` linear layer; "
                 "lorekv needs each head's output projection W_o^h"
+            )
+        problem = quantised_projection(projection)
+        if problem is not None:
+            raise ValueError(
+                f"{name}: layer {idx}'s o_proj {problem}: a quantised or packed weight is not the real "
+                "output projection W_o^h that lorekv needs (load the model unquantised)"
             )

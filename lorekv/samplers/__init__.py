@@ -4,7 +4,14 @@ Importing this package registers every sampler in :data:`SAMPLERS`:
 ``greedy``, ``temperature``, ``nucleus``, ``prompt_window`` and ``oracle``.
 """
 
-from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, check_futures
+from lorekv.samplers.base import (
+    SAMPLERS,
+    Rollout,
+    Sampler,
+    SamplerConfig,
+    check_futures,
+    prepend_last_prompt_query,
+)
 from lorekv.samplers.greedy import GreedyConfig, GreedySampler
 from lorekv.samplers.nucleus import NucleusConfig, NucleusSampler
 from lorekv.samplers.oracle import OracleConfig, OracleSampler
@@ -27,4 +34,5 @@ __all__ = [
     "TemperatureConfig",
     "TemperatureSampler",
     "check_futures",
+    "prepend_last_prompt_query",
 ]

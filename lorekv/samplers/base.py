@@ -9,13 +9,15 @@ without a model and lets the pipeline batch the M futures in one forward pass pe
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from typing import Protocol
 
 import torch
+from pydantic import Field
 
 from lorekv.registry import ComponentConfig, Registry
 from lorekv.token_rules import TokenRule
-from lorekv.trajectories import Trajectories
+from lorekv.trajectories import LayerCapture, Trajectories
 
 
 class Rollout(Protocol):
@@ -42,7 +44,18 @@ class Rollout(Protocol):
 
 
 class SamplerConfig(ComponentConfig):
-    """Base config of every sampler."""
+    """Base config of every sampler; its fields are options every sampler offers.
+
+    Attributes:
+        include_last_prompt_query: also score with the query of the last prompt token
+            (position n-1), placed before each future's own queries. In query-aware use that
+            token is re-fed through the compressed cache and its query produces the first
+            answer token, so it is the first query to meet the compressed cache; the futures
+            (positions n..n+T-1) do not contain it. It sees prompt keys only. The prompt-window
+            sampler's window already ends at n-1, so there it changes nothing. Default off.
+    """
+
+    include_last_prompt_query: bool = Field(default=False, strict=True)
 
 
 class Sampler(ABC):
@@ -55,12 +68,74 @@ class Sampler(ABC):
 
     @property
     def prefill_window(self) -> int:
-        """How many trailing prompt queries the prefill must capture for this sampler."""
-        return 0
+        """How many trailing prompt queries the prefill must capture for this sampler.
+
+        1 with ``include_last_prompt_query`` (the query at n-1), else 0; samplers that use
+        prompt queries themselves return more.
+        """
+        return 1 if self.config.include_last_prompt_query else 0
 
     @abstractmethod
     def sample(self, rollout: Rollout) -> Trajectories:
-        """Futures (M, T) with the attention of every evictable layer."""
+        """Futures (M, T) with the attention of every evictable layer.
+
+        What a sampler implements; the pipeline calls :meth:`futures`, which adds the options
+        shared by every sampler.
+        """
+
+    def futures(self, rollout: Rollout) -> Trajectories:
+        """:meth:`sample`, then the shared options: with ``include_last_prompt_query`` every
+        layer's queries become (M, H, 1+T, d) at positions [n-1, n, ..., n+T-1], the prefill's
+        query at n-1 first (see :func:`prepend_last_prompt_query`)."""
+        futures = self.sample(rollout)
+        if not self.config.include_last_prompt_query or all(_holds_last(layer) for layer in futures.layers):
+            return futures
+        return prepend_last_prompt_query(futures, rollout.prompt_window(1))
+
+
+def _holds_last(layer: LayerCapture) -> bool:
+    """Whether ``layer`` already holds the query of the last prompt token (position n-1)."""
+    return bool((layer.query_positions == layer.prompt_length - 1).any())
+
+
+def prepend_last_prompt_query(futures: Trajectories, last: Trajectories) -> Trajectories:
+    """``futures`` with the last prompt query placed before every future's own queries.
+
+    Args:
+        futures: M futures; each layer's queries (M, H, T, d) at ``query_positions`` (T,).
+        last: the prompt-window capture of width 1: one pseudo-future whose layers hold the
+            query (1, H, 1, d) at position n-1.
+
+    Returns:
+        The same futures (tokens, log-probs, entropies, response keys unchanged) whose layers
+        hold queries (M, H, 1+T, d) at positions [n-1, *query_positions]. A layer that already
+        holds position n-1 (the prompt-window control) is left as it is: no query twice.
+    """
+    n = futures.prompt_length
+    by_layer = {layer.layer_idx: layer for layer in last.layers}
+    if last.num_futures != 1 or last.prompt_length != n or set(by_layer) != set(futures.layer_indices):
+        raise ValueError(
+            f"the last prompt query must come as one pseudo-future over the same {n}-token prompt and "
+            f"layers {futures.layer_indices}; got {last.num_futures} over {last.prompt_length} tokens, "
+            f"layers {last.layer_indices}"
+        )
+    layers = []
+    for layer in futures.layers:
+        if _holds_last(layer):
+            layers.append(layer)
+            continue
+        extra = by_layer[layer.layer_idx]
+        if extra.query_positions.tolist() != [n - 1]:
+            raise ValueError(f"expected one query at position {n - 1}, got positions {extra.query_positions.tolist()}")
+        first = extra.queries.to(layer.queries.dtype).expand(layer.num_futures, -1, -1, -1)
+        layers.append(
+            replace(
+                layer,
+                queries=torch.cat([first, layer.queries], dim=2),
+                query_positions=torch.cat([extra.query_positions.to(layer.query_positions), layer.query_positions]),
+            )
+        )
+    return replace(futures, layers=tuple(layers))
 
 
 def check_futures(trajectories: Trajectories, num_futures: int, num_tokens: int) -> Trajectories:

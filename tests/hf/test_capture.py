@@ -14,6 +14,7 @@ from recording import reference
 from tiny_models import random_ids, tiny_gemma3, tiny_llama
 
 from lorekv.hf import ModelRollout, evictable_layers, prepare
+from lorekv.samplers import SAMPLERS
 from lorekv.scorers.attention import causal_attention
 
 MODELS = [
@@ -92,3 +93,51 @@ def test_every_layer_gets_its_own_keys() -> None:
     futures = ModelRollout(prepare(model), ids, evictable_layers(model)).teacher_force(torch.tensor([[1, 2]]))
     keys = [layer.prompt_keys for layer in futures.layers]
     assert not torch.allclose(keys[0], keys[1]) and not torch.allclose(keys[1], keys[2])
+
+
+FUTURE_SAMPLERS = [
+    pytest.param({"name": "temperature", "num_futures": 3, "num_tokens": 4, "seed": 5}, id="sampled"),
+    pytest.param({"name": "greedy", "num_tokens": 3}, id="greedy"),
+    pytest.param({"name": "oracle", "token_ids": [[3, 9, 27], [5, 1, 40]]}, id="oracle"),
+]
+
+
+@pytest.mark.parametrize("make", MODELS)
+@pytest.mark.parametrize("spec", FUTURE_SAMPLERS)
+def test_last_prompt_query_comes_first(make, spec) -> None:
+    """With ``include_last_prompt_query`` the queries are [prompt-window query at n-1] + [the futures' own]."""
+    model = make()
+    ids = random_ids(16, seed=25)
+    n = ids.shape[1]
+    on = SAMPLERS.build({**spec, "include_last_prompt_query": True})
+    rollout = ModelRollout(prepare(model), ids, evictable_layers(model), prefill_window=on.prefill_window)
+    with_last = on.futures(rollout)
+    without = SAMPLERS.build(spec).futures(rollout)
+    last = rollout.prompt_window(1)
+    m, t = without.token_ids.shape
+    assert torch.equal(with_last.token_ids, without.token_ids)
+    assert torch.equal(with_last.logprobs, without.logprobs)
+    for layer, plain, prompt in zip(with_last.layers, without.layers, last.layers, strict=True):
+        assert layer.layer_idx == plain.layer_idx == prompt.layer_idx
+        assert layer.query_positions.tolist() == [n - 1, *range(n, n + t)]
+        expected = torch.cat([prompt.queries.expand(m, -1, -1, -1), plain.queries], dim=2)
+        assert torch.equal(layer.queries, expected)
+        for name in ("prompt_keys", "prompt_values", "response_keys", "response_values", "o_proj"):
+            assert torch.equal(getattr(layer, name), getattr(plain, name)), name
+    # The first query is the model's own query at n-1, and it attends to the prompt only.
+    for future in range(m):
+        refs = reference(model, torch.cat([ids, with_last.token_ids[future : future + 1]], dim=1))
+        for layer in with_last.layers:
+            assert_capture_matches(layer, refs[layer.layer_idx], n, n - 1, future, response=True)
+
+
+@pytest.mark.parametrize("make", MODELS)
+def test_last_prompt_query_leaves_the_prompt_window_alone(make) -> None:
+    model = make()
+    ids = random_ids(16, seed=26)
+    on = SAMPLERS.build({"name": "prompt_window", "window": 4, "include_last_prompt_query": True})
+    rollout = ModelRollout(prepare(model), ids, evictable_layers(model), prefill_window=on.prefill_window)
+    with_last, without = on.futures(rollout), rollout.prompt_window(4)
+    for layer, plain in zip(with_last.layers, without.layers, strict=True):
+        assert layer.query_positions.tolist() == list(range(12, 16))
+        assert torch.equal(layer.queries, plain.queries)

@@ -465,3 +465,59 @@ def test_registration_takes_the_name_from_the_config() -> None:
         registry.register(Named)(object)
     with pytest.raises(TypeError, match="registry name"):
         registry.register(Nameless)
+
+
+# ----------------------------------------------------------------------------- include_last_prompt_query
+
+SPECS = [
+    {"name": "greedy", "num_tokens": 3},
+    {"name": "temperature", "num_futures": 2, "num_tokens": 3, "seed": 4},
+    {"name": "nucleus", "num_futures": 2, "num_tokens": 3, "seed": 4},
+    {"name": "oracle", "token_ids": [[1, 2, 3], [4, 5, 6]]},
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s["name"] for s in SPECS])
+def test_last_prompt_query_off_by_default_changes_nothing(spec) -> None:
+    sampler = SAMPLERS.build(spec)
+    assert sampler.config.include_last_prompt_query is False and sampler.prefill_window == 0
+    direct, through = FakeRollout(), FakeRollout()
+    torch.manual_seed(0)
+    a = sampler.sample(direct)
+    torch.manual_seed(0)
+    b = sampler.futures(through)
+    assert direct.calls[0][0] == through.calls[0][0] and len(direct.calls) == len(through.calls)
+    assert not any(call[0] == "prompt_window" for call in through.calls)
+    assert torch.equal(a.layers[0].queries, b.layers[0].queries)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s["name"] for s in SPECS])
+def test_last_prompt_query_is_prepended_to_every_future(spec) -> None:
+    sampler = SAMPLERS.build({**spec, "include_last_prompt_query": True})
+    assert sampler.prefill_window == 1
+    rollout = FakeRollout()
+    futures = sampler.futures(rollout)
+    assert rollout.calls[-1] == ("prompt_window", 1)
+    m, t = futures.token_ids.shape
+    layer = futures.layers[0]
+    assert layer.queries.shape == (m, 2, 1 + t, 4)
+    assert layer.query_positions.tolist() == [4, 5, 6, 7]
+    assert layer.response_keys.shape[2] == t
+    # every future's first query is the same one (the prompt's), then its own
+    assert all(torch.equal(layer.queries[0, :, 0], layer.queries[i, :, 0]) for i in range(m))
+
+
+def test_prompt_window_with_the_option_is_unchanged() -> None:
+    off = PromptWindowSampler(PromptWindowConfig(window=3))
+    on = PromptWindowSampler(PromptWindowConfig(window=3, include_last_prompt_query=True))
+    assert on.prefill_window == off.prefill_window == 3
+    rollout = FakeRollout()
+    futures = on.futures(rollout)
+    assert rollout.calls == [("prompt_window", 3)], "the window already holds n-1: no second capture"
+    assert futures.layers[0].query_positions.tolist() == [2, 3, 4]
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_last_prompt_query_option_is_a_strict_bool(bad) -> None:
+    with pytest.raises(ValueError, match="include_last_prompt_query"):
+        SAMPLERS.build({"name": "greedy", "include_last_prompt_query": bad})
