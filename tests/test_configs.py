@@ -47,11 +47,11 @@ def test_every_shipped_config_parses_and_round_trips(path: Path, tmp_path: Path)
     round_trips(config, tmp_path)
 
 
-@pytest.mark.parametrize("name", ["lore_kv", "snapkv", "lookahead"])
+@pytest.mark.parametrize("name", ["lore_kv", "snapkv", "greedy_lookahead"])
 def test_last_prompt_query_option_round_trips(name: str, tmp_path: Path) -> None:
-    config = preset(name, 16).override({"sampler.include_last_prompt_query": True})
+    config = preset(name, 40).override({"sampler.include_last_prompt_query": True})
     assert config.sampler.include_last_prompt_query is True
     assert "include_last_prompt_query: true" in config.to_yaml()
     round_trips(config, tmp_path)
     assert Pipeline.from_config(config).sampler.config.include_last_prompt_query is True
-    assert preset(name, 16).sampler.include_last_prompt_query is False
+    assert preset(name, 40).sampler.include_last_prompt_query is False
