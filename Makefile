@@ -33,9 +33,9 @@ docs: $(STAMP)
 clean:
 	rm -rf $(VENV) site .pytest_cache .hypothesis
 
-# Mutation check (not in CI; ~15-30 min on 2 cores): curated bugs from tools/mutants.yaml, each
+# Mutation check (not in CI; ~10 min on 2 cores): curated bugs from tools/mutants.yaml, each
 # applied to a temporary copy and run against the fast suite. Report path: MUTANTS_OUT=...
-MUTANTS_OUT ?= docs/testing-mutants.md
+MUTANTS_OUT ?= docs/reference/testing-mutants.md
 .PHONY: mutants
 mutants: $(STAMP)
 	$(BIN)/python tools/mutants.py --out $(MUTANTS_OUT)

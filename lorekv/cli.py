@@ -180,13 +180,13 @@ def needle(
     max_new_tokens: int = 16,
 ) -> None:
     """Needle-in-a-haystack accuracy of several methods (resumable)."""
-    from lorekv.eval import ResultsFile, resolve_methods, run_needle, summarize_needle
+    from lorekv.eval import needle_results, resolve_methods, run_needle, summarize_needle
 
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     names = [m.strip() for m in methods.split(",") if m.strip()]
     configs = resolve_methods(names, budget, config or [], _overrides(set_))
-    results = ResultsFile(out)
+    results = needle_results(out)
     net, tokenizer = _load(model)
 
     def report(row: dict[str, Any]) -> None:

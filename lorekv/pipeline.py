@@ -36,11 +36,12 @@ from lorekv.hf import (
     CompressionStats,
     Generation,
     ModelRollout,
+    check_context,
     check_supported,
+    check_token_ids,
     decode,
     evictable_layers,
     gather,
-    max_positions,
     prepare,
 )
 from lorekv.policies.base import POLICIES, Policy
@@ -75,12 +76,23 @@ class PipelineConfig(BaseModel):
 
     @classmethod
     def from_file(cls, path: str | Path) -> PipelineConfig:
-        """Read a ``.yaml``/``.yml`` or ``.json`` file."""
-        text = Path(path).read_text()
-        data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+        """Read a ``.yaml``/``.yml`` or ``.json`` file; every error names the file."""
+        path = Path(path)
+        if path.is_dir():
+            raise ValueError(f"{path}: is a directory, expected a pipeline YAML/JSON file")
+        if not path.exists():
+            raise ValueError(f"{path}: no such pipeline config file")
+        text = path.read_text()
+        try:
+            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (json.JSONDecodeError, yaml.YAMLError) as error:
+            raise ValueError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {error}") from None
         if not isinstance(data, Mapping):
             raise ValueError(f"{path}: a pipeline config must be a mapping with sampler, scorer, aggregator, policy")
-        return cls.model_validate(dict(data))
+        try:
+            return cls.model_validate(dict(data))
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
@@ -142,29 +154,16 @@ class Pipeline:
     def check_input(
         self, model: PreTrainedModel, input_ids: torch.Tensor, *, query_aware: bool, extra: int = 0
     ) -> None:
-        """Validate a prompt before any model work."""
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-            raise ValueError("input_ids must be a (1, n) tensor of token ids")
-        if input_ids.shape[0] != 1:
-            raise ValueError(
-                f"input_ids must have batch size 1 (batched prompts are not supported), got {input_ids.shape[0]}"
-            )
-        n = input_ids.shape[1]
+        """Validate a prompt and the policy's budget against it, before any model work."""
         minimum = 2 if query_aware else 1
-        if n < minimum:
-            raise ValueError(
-                f"input_ids must hold at least {minimum} token(s) "
-                f"({'query-aware mode re-feeds the last one' if query_aware else 'empty prompt'}), got {n}"
-            )
+        check_token_ids(model, input_ids, "input_ids", min_length=minimum)
+        n = input_ids.shape[1]
         window = self.sampler.prefill_window
         if window > n:
             raise ValueError(f"window must be <= the prompt length {n}, got {window}")
-        limit = max_positions(model)
-        need = n + self._future_tokens() + extra
-        if limit is not None and need > limit:
-            raise ValueError(
-                f"prompt of {n} tokens plus {need - n} future/answer tokens exceeds the model's context of {limit}"
-            )
+        tail = 1 if query_aware else 0
+        self.policy.check_budget(n - tail, tail)
+        check_context(model, n, self._future_tokens() + extra, "future/answer")
 
     @torch.no_grad()
     def compress(self, model: PreTrainedModel, input_ids: torch.Tensor, *, query_aware: bool = True) -> CompressedCache:

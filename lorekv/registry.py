@@ -18,9 +18,13 @@ T = TypeVar("T")
 
 
 class ComponentConfig(BaseModel):
-    """Base of every component config: frozen, strict about unknown fields, named."""
+    """Base of every component config: frozen, named, strict about unknown fields and types.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Strict types: a boolean is not a number (``budget: true`` and YAML ``budget: yes`` are
+    errors, not 1), a string is not a number (``"64"`` is an error), an integer is a float.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     name: str
 
 
@@ -61,9 +65,16 @@ class Registry(Generic[T]):
             return spec
         if isinstance(spec, str):
             spec = {"name": spec}
+        if not isinstance(spec, Mapping):
+            raise ValueError(
+                f"{self.family} must be a registry name, a mapping with a 'name' or a config, "
+                f"got {type(spec).__name__} {spec!r}; known: {self.names()}"
+            )
         if "name" not in spec:
             raise ValueError(f"{self.family} spec needs a 'name'; known: {self.names()}")
-        config_cls, _ = self._lookup(str(spec["name"]))
+        if not isinstance(spec["name"], str):
+            raise ValueError(f"{self.family} name must be a string, got {spec['name']!r}; known: {self.names()}")
+        config_cls, _ = self._lookup(spec["name"])
         return config_cls.model_validate(dict(spec))
 
     def build(self, spec: ComponentConfig | Mapping[str, Any] | str) -> T:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from pydantic import ValidationError
 
 
 def check_int_at_least(name: str, value: int, low: int) -> int:
@@ -30,3 +31,13 @@ def check_shape(name: str, tensor: torch.Tensor, expected: Sequence[int | None])
     if not ok:
         shown = tuple("*" if e is None else e for e in expected)
         raise ValueError(f"{name} must have shape {shown}, got {tuple(tensor.shape)}")
+
+
+def describe(error: ValidationError) -> str:
+    """A pydantic validation error on one line: ``field.path: message (got value); ...``."""
+    parts = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"]) or "value"
+        got = f" (got {item['input']!r})" if "input" in item and not isinstance(item["input"], dict) else ""
+        parts.append(f"{where}: {item['msg']}{got}")
+    return "; ".join(parts)

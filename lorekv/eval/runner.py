@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from pydantic import BaseModel, ConfigDict
 
 from lorekv.eval.needle import make_task, prompt_ids
 from lorekv.eval.results import ResultsFile
@@ -78,6 +79,30 @@ def resolve_methods(
 def method_budget(config: PipelineConfig | None) -> int | None:
     """B of a pipeline config, None for the full cache."""
     return None if config is None else config.policy.budget
+
+
+class NeedleRow(BaseModel):
+    """One answered needle question: the schema of the needle benchmark's results file."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str
+    model: str
+    method: str
+    budget: int | None
+    haystack: int
+    tokens: int
+    seed: int
+    depth: float
+    answer: str
+    correct: bool
+    seconds: float
+    stats: dict[str, Any] | None
+
+
+def needle_results(path: str | Path) -> ResultsFile:
+    """The needle benchmark's results file at ``path``, rows checked against :class:`NeedleRow`."""
+    return ResultsFile(path, schema=NeedleRow)
 
 
 def needle_key(model_name: str, method: str, config: PipelineConfig | None, tokens: int, seed: int) -> str:

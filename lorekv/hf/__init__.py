@@ -17,6 +17,7 @@ from lorekv.hf.attention import ATTENTION_NAME, QueryCapture, forward, prepare, 
 from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer, gather
 from lorekv.hf.compressed import CompressedCache, CompressionStats
 from lorekv.hf.decoding import Generation, decode, generate_full
+from lorekv.hf.inputs import check_context, check_token_ids
 from lorekv.hf.introspection import check_supported, evictable_layers, layer_types, max_positions
 from lorekv.hf.rollout import ModelRollout
 
@@ -30,7 +31,9 @@ __all__ = [
     "PositionedCache",
     "PositionedLayer",
     "QueryCapture",
+    "check_context",
     "check_supported",
+    "check_token_ids",
     "decode",
     "evictable_layers",
     "forward",

@@ -16,6 +16,7 @@ from lorekv import token_rules
 from lorekv.hf.attention import forward, prepare
 from lorekv.hf.cache import PositionedCache
 from lorekv.hf.compressed import CompressedCache, CompressionStats
+from lorekv.hf.inputs import check_context, check_token_ids
 from lorekv.token_rules import TokenRule
 from lorekv.validation import check_int_at_least
 
@@ -56,11 +57,12 @@ def decode(
     Decodes from a fork, so one compressed cache can answer several questions.
     """
     check_int_at_least("max_new_tokens", max_new_tokens, 1)
-    if question_ids is not None and (question_ids.dim() != 2 or question_ids.shape[0] != 1):
-        raise ValueError(f"question_ids must have shape (1, q), got {tuple(question_ids.shape)}")
+    if question_ids is not None:
+        check_token_ids(model, question_ids, "question_ids")
     feed = compressed.pending_ids if question_ids is None else torch.cat([compressed.pending_ids, question_ids], 1)
     if feed.shape[1] == 0:
         raise ValueError("nothing to decode from: a query-agnostic cache needs question_ids")
+    check_context(model, compressed.next_position, feed.shape[1] + max_new_tokens, "question/answer")
     prepare(model)
     start = time.perf_counter()
     state = compressed.fork()
@@ -116,8 +118,8 @@ def generate_full(
 ) -> Generation:
     """The full-cache baseline: prefill ``input_ids`` (1, n) and decode, nothing evicted."""
     check_int_at_least("max_new_tokens", max_new_tokens, 1)
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] < 1:
-        raise ValueError(f"input_ids must have shape (1, n >= 1), got {tuple(input_ids.shape)}")
+    check_token_ids(model, input_ids, "input_ids")
+    check_context(model, input_ids.shape[1], max_new_tokens)
     prepare(model)
     start = time.perf_counter()
     cache = PositionedCache.for_model(model.config)

@@ -15,10 +15,16 @@ def text_config(config: PretrainedConfig) -> PretrainedConfig:
 def layer_types(config: PretrainedConfig) -> list[str]:
     """Each layer's attention type, ``"full_attention"`` or ``"sliding_attention"``.
 
-    Configs without ``layer_types`` are all full attention.
+    Configs without ``layer_types`` follow transformers' convention: a ``sliding_window`` (not
+    switched off by ``use_sliding_window=False``) makes every layer sliding-window attention,
+    as Mistral and Phi-3 do; otherwise every layer is full attention.
     """
     text = text_config(config)
-    return list(getattr(text, "layer_types", None) or ["full_attention"] * text.num_hidden_layers)
+    declared = getattr(text, "layer_types", None)
+    if declared:
+        return list(declared)
+    sliding = getattr(text, "sliding_window", None) is not None and getattr(text, "use_sliding_window", True)
+    return ["sliding_attention" if sliding else "full_attention"] * text.num_hidden_layers
 
 
 def layer_windows(config: PretrainedConfig) -> list[int | None]:
@@ -135,7 +141,11 @@ def check_supported(model: PreTrainedModel) -> None:
         raise ValueError(f"{name} has layer types {unknown}; lorekv supports full and sliding attention only")
     layers = evictable_layers(model)
     if not layers:
-        raise ValueError(f"{name} has no full-attention layer to evict from")
+        window = getattr(text_config(model.config), "sliding_window", None)
+        raise ValueError(
+            f"{name} has no full-attention layer to evict from: every layer uses sliding-window attention "
+            f"(window {window}) and already bounds its own cache; lorekv evicts from full-attention layers only"
+        )
     modules = attention_modules(model)
     for idx in layers:
         projection = getattr(modules.get(idx), "o_proj", None)

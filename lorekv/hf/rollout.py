@@ -113,8 +113,8 @@ class ModelRollout:
         n = self.prompt_length
         tokens = self.prompt_ids[:, n - window :]
         predicting = self.prompt_logits[-window - 1 : -1]
-        lp, ent = token_stats(predicting, tokens[0, -predicting.shape[0] :])
-        pad = window - predicting.shape[0]
+        pad = window - predicting.shape[0]  # the prompt's first token has no logits predicting it
+        lp, ent = token_stats(predicting, tokens[0, pad:])
         lp = torch.cat([lp.new_zeros(pad), lp]).unsqueeze(0)
         ent = torch.cat([ent.new_zeros(pad), ent]).unsqueeze(0)
         capture = self._prefill_capture

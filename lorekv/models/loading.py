@@ -9,6 +9,11 @@ A tokenizer read from a GGUF and saved with ``save_pretrained`` has been seen to
 wrong class under another transformers version (spaces turned into ``<|endoftext|>``, a wrong
 eos). The cache therefore records what the GGUF tokenizer produced for a probe text and
 checks the cached tokenizer against it on every load; on a mismatch it falls back to the GGUF.
+
+The weights file's SHA-256 is written with the cache and checked on every load (about a second
+for SmolLM2): a truncated, deleted or overwritten cache is rebuilt from the GGUF with a
+one-line notice instead of loading NaNs or failing with a safetensors traceback. Temporary
+directories left by an interrupted first load are removed on the next one.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import copy
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -30,6 +36,8 @@ from lorekv.models.bundled import BUNDLED, BundledModel
 PROBE_TEXT = "Hello world!  Two spaces,\ttabs, digits 12345 and émigré — the end."
 PROBE_CHAT = [{"role": "user", "content": "What is 2 + 2?"}]
 _MARKER = "lorekv-cache.json"
+_WEIGHTS = "model.safetensors"
+log = logging.getLogger("lorekv")
 
 
 def cache_root() -> Path:
@@ -52,6 +60,14 @@ def _gguf_key(path: Path) -> str:
     return hashlib.sha256(f"{path.name}:{stat.st_size}".encode()).hexdigest()[:16]
 
 
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
@@ -68,9 +84,10 @@ def _write_cache(target: Path, model: PreTrainedModel, tokenizer: PreTrainedToke
         if hasattr(config, "quantization_config"):
             del config.quantization_config
         config.save_pretrained(tmp)
-        save_model(model, str(tmp / "model.safetensors"))
+        save_model(model, str(tmp / _WEIGHTS))
         tokenizer.save_pretrained(tmp)
-        (tmp / _MARKER).write_text(json.dumps({"gguf": key, "tokenizer": _fingerprint(tokenizer)}))
+        meta = {"gguf": key, "tokenizer": _fingerprint(tokenizer), "weights_sha256": _file_sha256(tmp / _WEIGHTS)}
+        (tmp / _MARKER).write_text(json.dumps(meta))
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
@@ -79,20 +96,45 @@ def _write_cache(target: Path, model: PreTrainedModel, tokenizer: PreTrainedToke
         raise
 
 
+def _cache_problem(target: Path, key: str) -> str | None:
+    """Why the cache at ``target`` cannot be used (None: it is complete and intact)."""
+    marker = target / _MARKER
+    if not marker.exists():
+        return "no cache" if not target.exists() else "incomplete cache (no marker)"
+    try:
+        meta = json.loads(marker.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "unreadable cache marker"
+    if meta.get("gguf") != key:
+        return "cache of another GGUF"
+    weights = target / _WEIGHTS
+    if not weights.exists():
+        return "cached weights missing"
+    if meta.get("weights_sha256") != _file_sha256(weights):
+        return "cached weights corrupted (checksum mismatch)"
+    return None
+
+
 def _read_cache(
     target: Path, key: str, dtype: torch.dtype
 ) -> tuple[PreTrainedModel | None, PreTrainedTokenizerBase | None]:
-    marker = target / _MARKER
-    if not marker.exists():
+    problem = _cache_problem(target, key)
+    if problem is not None:
+        if problem != "no cache":
+            log.warning("lorekv: %s at %s; rebuilding it from the GGUF", problem, target)
         return None, None
-    meta = json.loads(marker.read_text())
-    if meta.get("gguf") != key:
-        return None, None
+    meta = json.loads((target / _MARKER).read_text())
     model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(target)
     if _fingerprint(tokenizer) != meta["tokenizer"]:
         tokenizer = None
     return model, tokenizer
+
+
+def _remove_stale_temporaries(target: Path) -> None:
+    """Temporary cache directories a killed first load left beside ``target``."""
+    for stale in target.parent.glob(f".{target.name}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def load_bundled(
@@ -107,6 +149,7 @@ def load_bundled(
     gguf = bundled.locate(root / "gguf")
     key = _gguf_key(gguf)
     target = root / bundled.name
+    _remove_stale_temporaries(target)
     model, tokenizer = _read_cache(target, key, dtype)
     if model is None:
         dequantised, tokenizer = _load_gguf(gguf, torch.float32)

@@ -74,10 +74,17 @@ class Policy(ABC):
         candidates are the newest of the ``recent`` prompt tokens."""
         return self.config.sink, max(self.config.recent - scores.tail, 0)
 
+    def check_budget(self, num_tokens: int, tail: int = 0) -> None:
+        """Raise unless the protected tokens fit the budget for ``num_tokens`` candidates (and a
+        ``tail`` of kept tokens after them): known before any score, so callers check it before
+        any model work."""
+        recent = max(self.config.recent - tail, 0)
+        check_protected_fits(self.config.budget, num_tokens, self.config.sink, recent)
+
     def check(self, scores: Scores) -> None:
         """Scores finite (non-negative where normalised); the protected tokens fit the budget."""
         check_scores(scores, non_negative=self.normalises_scores)
-        check_protected_fits(self.config.budget, scores.num_tokens, *self.protected(scores))
+        self.check_budget(scores.num_tokens, scores.tail)
 
     def select(self, scores: Scores) -> Selection:
         """Kept token indices per (layer, KV head): sorted, unique, in range; every candidate when B >= n.

@@ -173,3 +173,30 @@ def test_quantised_o_proj_refused(patch, match: str) -> None:
     model = tiny_llama()
     patch(model.model.layers[1].self_attn.o_proj)
     assert_refused_before_model_work(model, rf"layer 1's o_proj .*{match}.*quantised")
+
+
+def tiny_mistral(window: int = 4):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(
+        vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, sliding_window=window,
+        eos_token_id=None, bos_token_id=None, pad_token_id=None,
+    )  # fmt: skip
+    return MistralForCausalLM(config).eval().double()
+
+
+def test_sliding_window_without_layer_types_follows_transformers() -> None:
+    """A Mistral-style config (sliding_window, no layer_types): every layer slides, as in transformers."""
+    from lorekv import generate_full
+    from lorekv.hf import layer_types
+
+    model = tiny_mistral(window=4)
+    ids = torch.randint(0, 61, (1, 12), generator=torch.Generator().manual_seed(3))
+    assert layer_types(model.config) == ["sliding_attention"] * 2
+    expected = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)[0, 12:]
+    got = generate_full(model, ids, max_new_tokens=6)
+    assert got.token_ids.tolist() == expected.tolist()
+    with pytest.raises(ValueError, match="every layer uses sliding-window attention"):
+        Pipeline("greedy", "attention_mass", "mean", {"name": "uniform", "budget": 4}).compress(model, ids)
