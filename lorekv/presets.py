@@ -168,6 +168,49 @@ def greedy_lookahead(budget: int, num_tokens: int = 8) -> PipelineConfig:
     )
 
 
+# --- baselines: Knorm, random ---------------------------------------------------------------------
+
+
+def knorm(budget: int) -> PipelineConfig:
+    """Knorm: keep the keys with the lowest L2 norm, per KV head, whatever the queries.
+
+    "A Simple and Effective L2 Norm-Based Strategy for KV Cache Compression",
+    https://arxiv.org/abs/2406.11430. As kvpress ``KnormPress``: every layer, every KV head on
+    its own, no window and no sinks; the ``key_norm`` scorer reads no attention, so the sampler
+    is the cheapest (a one-query prompt window). Differs: the score is -||k|| shifted by the
+    layer's largest key norm (non-negative scores, same ranking); KVCache-Factory's
+    ``L2NormCluster`` leaves layers 0 and 1 uncompressed, lorekv (like kvpress) compresses every
+    layer; in query-aware mode the prompt's last token is kept (re-fed) whatever its norm, where
+    the reference keeps it only if its norm is among the C = B + 1 lowest.
+    """
+    return PipelineConfig(
+        sampler={"name": "prompt_window", "window": 1},
+        scorer={"name": "key_norm"},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget},
+    )
+
+
+def random(budget: int, seed: int = 0) -> PipelineConfig:
+    """Random: B tokens per KV head drawn uniformly at random, a different set in every head.
+
+    The random baseline of kvpress (``RandomPress``), the library released with "Expected
+    Attention: KV Cache Compression by Estimating Attention from Future Queries Distribution",
+    https://arxiv.org/abs/2510.00636; the method has no paper of its own. Scores are iid uniform per
+    (layer, KV head, token) from a generator seeded with ``seed`` (the ``random`` scorer), so a
+    seed gives the same selection on every run and device. Differs: kvpress reseeds the global
+    generator with the same seed for every layer (every layer of equal shape gets the same
+    pattern); lorekv draws each layer from its own seed. In query-aware mode the prompt's last
+    token is kept (re-fed) on top, where the reference would keep it with probability C / n.
+    """
+    return PipelineConfig(
+        sampler={"name": "prompt_window", "window": 1},
+        scorer={"name": "random", "seed": seed},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget},
+    )
+
+
 PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "lore_kv": lore_kv,
     "snapkv": snapkv,
@@ -176,6 +219,9 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "tova": tova,
     "streaming_llm": streaming_llm,
     "greedy_lookahead": greedy_lookahead,
+    # baselines: Knorm, random
+    "knorm": knorm,
+    "random": random,
 }
 
 
