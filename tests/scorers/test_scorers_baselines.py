@@ -1,4 +1,4 @@
-"""The baselines' scorers (key_norm, random) against float64 brute force.
+"""The baselines' scorers (key_norm, random, critical_mass) against float64 brute force.
 
 References loop over heads and tokens with explicit index math (KV head g = h // group,
 W_o^h = o_proj[:, h*d:(h+1)*d]) and recompute the causal attention from the capture's raw
@@ -19,6 +19,8 @@ from strategies import CaptureDims, layer_captures, make_capture, make_trajector
 
 from lorekv.scorers import (
     SCORERS,
+    CriticalMassConfig,
+    CriticalMassScorer,
     KeyNormConfig,
     KeyNormScorer,
     RandomConfig,
@@ -117,6 +119,119 @@ def test_random_seeds_and_layers_differ() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# critical_mass
+
+
+def attention_reference(layer: LayerCapture) -> list:
+    """[m][h][t] -> list of n+R float64 causal softmax weights, recomputed with loops."""
+    q = layer.queries.double()
+    keys = layer.keys().double()
+    m_count, heads, t_count, _ = q.shape
+    out = []
+    for m in range(m_count):
+        per_head = []
+        for h in range(heads):
+            rows = []
+            for t in range(t_count):
+                position = int(layer.query_positions[t])
+                visible = min(position + 1, keys.shape[2])
+                logits = [float(q[m, h, t] @ keys[m, h // layer.group_size, j]) * layer.scaling for j in range(visible)]
+                top = max(logits)
+                weights = [math.exp(x - top) for x in logits]
+                total = sum(weights)
+                rows.append([w / total for w in weights] + [0.0] * (keys.shape[2] - visible))
+            per_head.append(rows)
+        out.append(per_head)
+    return out
+
+
+def critical_reference(layer: LayerCapture, first_stage: int, eps: float, kernel: int) -> torch.Tensor:
+    """(M, G, n) 1 + s on stage 1, (s + eps) nu / (2 max) elsewhere; s pinned at/after the first query."""
+    n, group = layer.prompt_length, layer.group_size
+    start = min(int(layer.query_positions.min()), n)
+    weights = attention_reference(layer)
+    t_count = layer.queries.shape[2]
+    d = layer.queries.shape[-1]
+    w_o = layer.o_proj.double()
+    values = layer.prompt_values.double()
+    nu = []
+    for g in range(layer.num_kv_heads):
+        heads = range(g * group, (g + 1) * group)
+        nu.append(
+            [
+                sum(float((w_o[:, h * d : (h + 1) * d] @ values[g, j]).abs().sum()) for h in heads) / group
+                for j in range(n)
+            ]
+        )
+    out = torch.zeros(layer.num_futures, layer.num_kv_heads, n, dtype=torch.float64)
+    for m in range(layer.num_futures):
+        base = []
+        for g in range(layer.num_kv_heads):
+            heads = range(g * group, (g + 1) * group)
+            s = [sum(weights[m][h][t][j] for h in heads for t in range(t_count)) / (group * t_count) for j in range(n)]
+            half = kernel // 2
+            pooled = [max(s[max(0, j - half) : min(start, j + half + 1)]) for j in range(start)]
+            base.append(pooled + s[start:])
+        if start < n:
+            pin = (max(max(row[:start]) for row in base) if start > 0 else 0.0) + 1
+            base = [row[:start] + [pin] * (n - start) for row in base]
+        second = [[(base[g][j] + eps) * nu[g][j] for j in range(n)] for g in range(layer.num_kv_heads)]
+        largest = max(max(row) for row in second)
+        scale = 2 * largest if largest > 0 else 1.0
+        for g in range(layer.num_kv_heads):
+            first = set(sorted(range(n), key=lambda j: (-base[g][j], j))[:first_stage])
+            for j in range(n):
+                out[m, g, j] = 1 + base[g][j] if j in first else second[g][j] / scale
+    return out
+
+
+@SETTINGS
+@given(
+    layer=layer_captures(dtype=torch.float64, max_prompt=36),
+    data=st.data(),
+    eps=st.sampled_from([0.0, 1e-4, 0.5]),
+    kernel=st.sampled_from([1, 3, 7]),
+)
+def test_critical_mass_equals_the_two_stage_brute_force(
+    layer: LayerCapture, data: st.DataObject, eps: float, kernel: int
+) -> None:
+    first_stage = data.draw(st.integers(0, layer.prompt_length + 2))
+    scorer = CriticalMassScorer(CriticalMassConfig(first_stage=first_stage, epsilon=eps, pool_kernel=kernel))
+    scores = scorer.score(one_layer(layer))[:, 0]
+    torch.testing.assert_close(scores, critical_reference(layer, first_stage, eps, kernel), rtol=1e-9, atol=1e-12)
+    assert bool((scores >= 0).all())
+
+
+@SETTINGS
+@given(layer=layer_captures(), data=st.data())
+def test_critical_mass_top_k_is_stage_one_then_stage_two(layer: LayerCapture, data: st.DataObject) -> None:
+    """Every stage-1 token outranks every stage-2 token; the window (tokens at or after the first
+    query) comes first in stage 1, as kvpress pins it."""
+    n = layer.prompt_length
+    first_stage = data.draw(st.integers(0, n))
+    scores = CriticalMassScorer(CriticalMassConfig(first_stage=first_stage)).score(one_layer(layer))[:, 0]
+    start = min(int(layer.query_positions.min()), n)
+    for m in range(layer.num_futures):
+        for g in range(layer.num_kv_heads):
+            order = torch.argsort(scores[m, g], descending=True, stable=True).tolist()
+            stage_one = set(order[:first_stage])
+            assert bool((scores[m, g, list(stage_one)] >= 1).all()) if stage_one else True
+            assert bool((scores[m, g, order[first_stage:]] <= 0.5).all())
+            window = list(range(start, n))
+            assert set(order[: min(first_stage, len(window))]) <= set(window)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_critical_mass_value_norms_follow_shared_heads(shared: bool) -> None:
+    layer = make_capture(CaptureDims(2, 3, 2, 3, 30, 3, 4, 5), seed=12)
+    config = CriticalMassConfig(first_stage=0, kv_heads="shared" if shared else "separate")
+    scores = CriticalMassScorer(config).score(one_layer(layer))[:, 0]
+    if shared:
+        assert torch.allclose(scores, scores[:, :1].expand_as(scores))
+    assert scores.shape == (layer.num_futures, layer.num_kv_heads, layer.prompt_length)
+
+
+# ---------------------------------------------------------------------------------------------
 # registry and configs
 
 
@@ -125,6 +240,7 @@ def test_random_seeds_and_layers_differ() -> None:
     [
         ("key_norm", KeyNormScorer, {}),
         ("random", RandomScorer, {"seed": 5}),
+        ("critical_mass", CriticalMassScorer, {"first_stage": 3, "epsilon": 0.01}),
     ],
 )
 def test_registry_round_trip(name: str, cls: type, config: dict) -> None:
@@ -140,6 +256,11 @@ def test_registry_round_trip(name: str, cls: type, config: dict) -> None:
         ("random", "seed", -1),
         ("random", "seed", 2**32),
         ("random", "seed", 1.0),
+        ("critical_mass", "first_stage", -1),
+        ("critical_mass", "first_stage", 2.0),
+        ("critical_mass", "epsilon", -1e-3),
+        ("critical_mass", "epsilon", math.nan),
+        ("critical_mass", "epsilon", math.inf),
         ("key_norm", "pool_kernel", 2),
         ("key_norm", "seed", 1),
     ],
