@@ -168,6 +168,82 @@ def greedy_lookahead(budget: int, num_tokens: int = 8) -> PipelineConfig:
     )
 
 
+# --- baselines: Knorm, random, CriticalKV -------------------------------------------------------
+
+
+def knorm(budget: int) -> PipelineConfig:
+    """Knorm: keep the keys with the lowest L2 norm, per KV head, whatever the queries.
+
+    "A Simple and Effective L2 Norm-Based Strategy for KV Cache Compression",
+    https://arxiv.org/abs/2406.11430. As kvpress ``KnormPress``: every layer, every KV head on
+    its own, no window and no sinks; the ``key_norm`` scorer reads no attention, so the sampler
+    is the cheapest (a one-query prompt window). Differs: the score is -||k|| shifted by the
+    layer's largest key norm (non-negative scores, same ranking); KVCache-Factory's
+    ``L2NormCluster`` leaves layers 0 and 1 uncompressed, lorekv (like kvpress) compresses every
+    layer; in query-aware mode the prompt's last token is kept (re-fed) whatever its norm, where
+    the reference keeps it only if its norm is among the C = B + 1 lowest.
+    """
+    return PipelineConfig(
+        sampler={"name": "prompt_window", "window": 1},
+        scorer={"name": "key_norm"},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget},
+    )
+
+
+def random(budget: int, seed: int = 0) -> PipelineConfig:
+    """Random: B tokens per KV head drawn uniformly at random, a different set in every head.
+
+    The random baseline of kvpress (``RandomPress``), the library released with "Expected
+    Attention: KV Cache Compression by Estimating Attention from Future Queries Distribution",
+    https://arxiv.org/abs/2510.00636; the method has no paper of its own. Scores are iid uniform per
+    (layer, KV head, token) from a generator seeded with ``seed`` (the ``random`` scorer), so a
+    seed gives the same selection on every run and device. Differs: kvpress reseeds the global
+    generator with the same seed for every layer (every layer of equal shape gets the same
+    pattern); lorekv draws each layer from its own seed. In query-aware mode the prompt's last
+    token is kept (re-fed) on top, where the reference would keep it with probability C / n.
+    """
+    return PipelineConfig(
+        sampler={"name": "prompt_window", "window": 1},
+        scorer={"name": "random", "seed": seed},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget},
+    )
+
+
+def critical_kv(
+    budget: int, window: int = 32, pool_kernel: int = 7, first_stage_ratio: float = 0.5, epsilon: float = 1e-4
+) -> PipelineConfig:
+    """CriticalKV on SnapKV: half the budget by attention, the rest by attention x ||W_o v||_1.
+
+    "Identify Critical KV Cache in LLM Inference from an Output Perturbation Perspective",
+    https://arxiv.org/abs/2502.03805, as kvpress ``CriticalKVPress(SnapKVPress())`` (the authors'
+    code, upstreamed). Base score: SnapKV as the ``snapkv`` preset (window attention averaged
+    over the window, group mean, max-pooled over the tokens before the window; the window
+    pinned above every other token). Stage 1 keeps the top b1 = int(C * first_stage_ratio)
+    tokens of each KV head by the base score (the window first), C the reference capacity;
+    stage 2 fills the other C - b1 by (s + epsilon) * nu, nu the mean over the group's query
+    heads of ||W_o^h v_j||_1 (the ``critical_mass`` scorer). b1 is set for C = B + 1, the
+    query-aware capacity (the re-fed last token is a window token, so in stage 1).
+    Differs: in query-agnostic mode (C = B) stage 1 holds one token more than the reference's
+    int(B * first_stage_ratio) when int((B + 1) * r) > int(B * r) (never for an even B at
+    r = 1/2); lorekv always keeps the whole window, while the reference, when b1 < window,
+    keeps b1 window tokens (an arbitrary b1, all tied) and lets the others compete in stage 2;
+    SnapKV conventions as the ``snapkv`` preset (kvpress's SnapKVPress defaults are w = 64 and
+    an average pool of width 5 per query head); per KV head.
+    """
+    _check_window("critical_kv", budget, window)
+    if not 0.0 <= first_stage_ratio <= 1.0:
+        raise ValueError(f"first_stage_ratio must lie in [0, 1], got {first_stage_ratio!r}")
+    return PipelineConfig(
+        sampler={"name": "prompt_window", "window": window},
+        scorer={"name": "critical_mass", "pool_kernel": pool_kernel,
+                "first_stage": int((budget + 1) * first_stage_ratio), "epsilon": epsilon},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget, "recent": window},
+    )  # fmt: skip
+
+
 PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "lore_kv": lore_kv,
     "snapkv": snapkv,
@@ -176,6 +252,10 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "tova": tova,
     "streaming_llm": streaming_llm,
     "greedy_lookahead": greedy_lookahead,
+    # baselines: Knorm, random, CriticalKV
+    "knorm": knorm,
+    "random": random,
+    "critical_kv": critical_kv,
 }
 
 

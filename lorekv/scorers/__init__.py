@@ -1,14 +1,19 @@
 """Scorers: how much does one prompt token matter to one query?
 
 Importing this package registers ``attention_mass``, ``loo``, ``projected_loo`` and
-``recency`` in :data:`SCORERS`.
+``recency`` in :data:`SCORERS`, and the baselines' ``key_norm``, ``random`` and
+``critical_mass``.
 """
 
 from lorekv.scorers.attention import CausalAttention, causal_attention
 from lorekv.scorers.attention_mass import AttentionMassConfig, AttentionMassScorer
 from lorekv.scorers.base import SCORERS, Scorer, ScorerConfig
+from lorekv.scorers.critical_mass import CriticalMassConfig, CriticalMassScorer
+from lorekv.scorers.key_norm import KeyNormConfig, KeyNormScorer
+from lorekv.scorers.kv_head import KVHeadScorer
 from lorekv.scorers.loo import LOOConfig, LOOScorer
 from lorekv.scorers.projected_loo import ProjectedLOOConfig, ProjectedLOOScorer
+from lorekv.scorers.random_scores import RandomConfig, RandomScorer
 from lorekv.scorers.recency import RecencyConfig, RecencyScorer
 
 __all__ = [
@@ -25,4 +30,12 @@ __all__ = [
     "Scorer",
     "ScorerConfig",
     "causal_attention",
+    # baselines: Knorm, random, CriticalKV
+    "CriticalMassConfig",
+    "CriticalMassScorer",
+    "KVHeadScorer",
+    "KeyNormConfig",
+    "KeyNormScorer",
+    "RandomConfig",
+    "RandomScorer",
 ]
