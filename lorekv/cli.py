@@ -25,7 +25,12 @@ SetOpt = Annotated[
 
 
 def _fail(error: Exception) -> None:
-    typer.echo(f"error: {error}", err=True)
+    from pydantic import ValidationError
+
+    from lorekv.validation import describe
+
+    message = describe(error) if isinstance(error, ValidationError) else str(error)
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
     raise typer.Exit(2)
 
 
@@ -40,6 +45,23 @@ def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             _fail(error)
 
     return wrapper
+
+
+def _read_text(path: Path, option: str) -> str:
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: is a directory, expected a text file")
+    if not path.exists():
+        raise ValueError(f"{option} {path}: no such file")
+    text = path.read_text()
+    if not text.strip():
+        raise ValueError(f"{option} {path}: the file is empty")
+    return text
+
+
+def _check_generation(max_new_tokens: int) -> None:
+    from lorekv.validation import check_int_at_least
+
+    check_int_at_least("max_new_tokens", max_new_tokens, 1)
 
 
 def _load(model: str):
@@ -79,14 +101,19 @@ def demo(
 ) -> None:
     """Answer one needle-in-a-haystack question with the full cache, LORE-KV and the prompt-window control."""
     from lorekv.eval import make_task, prompt_ids, run_method
+    from lorekv.eval.needle import check_task
+    from lorekv.hf import check_context
     from lorekv.presets import preset
 
+    check_task(tokens, depth)
+    _check_generation(max_new_tokens)
     methods = {
         "full cache": None,
         "LORE-KV": preset("lore_kv", budget),
         "prompt window (SnapKV)": preset("snapkv", budget),
     }
     net, tokenizer = _load(model)
+    check_context(net, tokens, max_new_tokens, "answer")  # the haystack alone; the exact check follows
     task = make_task(tokenizer, tokens, depth, seed)
     ids = prompt_ids(tokenizer, task)
     typer.echo(f"Prompt: {ids.shape[1]} tokens, needle at depth {depth:.2f}; expected answer {task.answer}.")
@@ -144,10 +171,9 @@ def generate(
             raise ValueError(f"--budget applies to --preset only; for --config use --set policy.budget={budget}")
         pipeline_config = PipelineConfig.from_file(config)
     pipeline = Pipeline.from_config(pipeline_config.override(_overrides(set_)))
-    prompt = prompt_file.read_text()
-    question = question_file.read_text() if question_file else None
-    if not prompt.strip():
-        raise ValueError(f"prompt_file {prompt_file} is empty")
+    _check_generation(max_new_tokens)
+    prompt = _read_text(prompt_file, "--prompt-file")
+    question = _read_text(question_file, "--question-file") if question_file else None
     net, tokenizer = _load(model)
     eos = end_of_turn_ids(tokenizer)
     text = chat_text(tokenizer, prompt if question is None else prompt + SPLIT + question, chat=chat)
@@ -181,13 +207,18 @@ def needle(
 ) -> None:
     """Needle-in-a-haystack accuracy of several methods (resumable)."""
     from lorekv.eval import needle_results, resolve_methods, run_needle, summarize_needle
+    from lorekv.eval.needle import check_task
+    from lorekv.hf import check_context
 
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
+    check_task(tokens)
+    _check_generation(max_new_tokens)
     names = [m.strip() for m in methods.split(",") if m.strip()]
     configs = resolve_methods(names, budget, config or [], _overrides(set_))
     results = needle_results(out)
     net, tokenizer = _load(model)
+    check_context(net, tokens, max_new_tokens, "answer")
 
     def report(row: dict[str, Any]) -> None:
         verdict = "ok " if row["correct"] else "BAD"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, ValidationInfo, field_validator
 
 import lorekv.aggregators  # noqa: F401  (registration)
 import lorekv.policies  # noqa: F401
@@ -50,7 +50,7 @@ from lorekv.samplers.base import SAMPLERS, Sampler
 from lorekv.scorers.base import SCORERS, Scorer
 from lorekv.scores import Scores
 from lorekv.token_rules import TokenRule
-from lorekv.validation import check_int_at_least
+from lorekv.validation import check_int_at_least, describe
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -91,8 +91,8 @@ class PipelineConfig(BaseModel):
             raise ValueError(f"{path}: a pipeline config must be a mapping with sampler, scorer, aggregator, policy")
         try:
             return cls.model_validate(dict(data))
-        except ValueError as error:
-            raise ValueError(f"{path}: {error}") from None
+        except ValidationError as error:
+            raise ValueError(f"{path}: {describe(error)}") from None
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

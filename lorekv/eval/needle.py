@@ -72,14 +72,19 @@ def haystack_sentences() -> tuple[str, ...]:
     return tuple(sentences)
 
 
+def check_task(num_tokens: int, depth: float = 0.5) -> None:
+    """The arguments of :func:`make_task`, checked without a tokenizer (before loading a model)."""
+    if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth must lie in [0, 1], got {depth!r}")
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 64:
+        raise ValueError(f"tokens (the haystack length) must be an integer >= 64, got {num_tokens!r}")
+
+
 def make_task(
     tokenizer: PreTrainedTokenizerBase, num_tokens: int = 1500, depth: float = 0.5, seed: int = 0
 ) -> NeedleTask:
     """A haystack of about ``num_tokens`` tokens with one needle at ``depth`` in [0, 1]."""
-    if not 0.0 <= depth <= 1.0:
-        raise ValueError(f"depth must lie in [0, 1], got {depth}")
-    if num_tokens < 64:
-        raise ValueError(f"num_tokens must be >= 64, got {num_tokens}")
+    check_task(num_tokens, depth)
     rng = random.Random(seed)
     key = rng.choice(KEYS)
     value = str(rng.randint(1_000_000, 9_999_999))

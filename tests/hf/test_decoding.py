@@ -133,3 +133,17 @@ def test_decoded_positions_matter_to_the_logits() -> None:
     a = reference_logits(model, ids[:, :19], keep, [ids[:, 19:], ids[:, :1]])
     b = reference_logits(model, ids[:, :18], {k: v[:, :18] for k, v in keep.items()}, [ids[:, 19:], ids[:, :1]])
     assert not torch.allclose(a[1], b[1], atol=1e-6)
+
+
+def test_decoding_stops_at_end_of_sequence_and_keeps_it() -> None:
+    """The answer ends with the eos token that stopped it; without eos it runs to max_new_tokens."""
+    from lorekv import generate_full
+
+    model = tiny_llama(36, layers=2)
+    ids = random_ids(20, seed=45)
+    free = generate_full(model, ids, max_new_tokens=8).token_ids
+    assert len(free) == 8
+    stop = int(free[3])
+    first = free.tolist().index(stop)
+    stopped = generate_full(model, ids, max_new_tokens=8, eos_token_id=[stop, 10_000]).token_ids
+    assert stopped.tolist() == free[: first + 1].tolist(), "stops at the first eos and keeps it"

@@ -107,6 +107,8 @@ def test_cli_demo_and_generate(smollm2, tmp_path) -> None:
     assert '"kept"' in out.output and '"bytes_before"' in out.output
     bad = runner.invoke(app, ["generate", "--preset", "lore_kv", "--budget", "0", "--prompt-file", str(prompt)])
     assert bad.exit_code == 2 and "budget" in bad.output
+    too_long = runner.invoke(app, ["demo", "--tokens", "100000"])
+    assert too_long.exit_code == 2 and "context is 8192" in too_long.output, too_long.output
 
 
 def test_gemma3_bundled_hybrid_model_evicts_full_attention_layers() -> None:

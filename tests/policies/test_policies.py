@@ -459,3 +459,12 @@ def test_largest_remainder_keeps_the_sum():
     assert largest_remainder([Fraction(5, 2), Fraction(5, 2), Fraction(1)], 6) == [3, 2, 1]
     with pytest.raises(ValueError):
         largest_remainder([Fraction(1), Fraction(1)], 5)
+
+
+def test_a_head_whose_scores_sum_to_zero_competes_as_uniform():
+    """normalize=True: an all-zero head counts as uniform 1/n, so its tokens beat a peaked head's
+    near-zero tail in the layer-wide top-k."""
+    values = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [1.0, 1e-6, 1e-6, 1e-6]]])
+    policy = PerHeadPolicy(PerHeadConfig(budget=2, alpha=0.0, normalize=True))
+    kept = policy.select(Scores(values, (0,))).indices[0]
+    assert [h.tolist() for h in kept] == [[0, 1, 2], [0]]
