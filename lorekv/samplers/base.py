@@ -128,11 +128,17 @@ def prepend_last_prompt_query(futures: Trajectories, last: Trajectories) -> Traj
         if extra.query_positions.tolist() != [n - 1]:
             raise ValueError(f"expected one query at position {n - 1}, got positions {extra.query_positions.tolist()}")
         first = extra.queries.to(layer.queries.dtype).expand(layer.num_futures, -1, -1, -1)
+        spans = layer.visible_spans
+        if spans is not None:  # the last prompt query sees every prompt key and no response key
+            row = torch.zeros_like(spans[:1])
+            row[0, 0, 1] = n
+            spans = torch.cat([row, spans])
         layers.append(
             replace(
                 layer,
                 queries=torch.cat([first, layer.queries], dim=2),
                 query_positions=torch.cat([extra.query_positions.to(layer.query_positions), layer.query_positions]),
+                visible_spans=spans,
             )
         )
     return replace(futures, layers=tuple(layers))
