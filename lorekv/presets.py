@@ -168,6 +168,34 @@ def greedy_lookahead(budget: int, num_tokens: int = 8) -> PipelineConfig:
     )
 
 
+def h2o(budget: int, recent: int | None = None) -> PipelineConfig:
+    """H2O: heavy hitters by attention summed over all prompt queries, plus a recent window.
+
+    "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models",
+    https://arxiv.org/abs/2306.14048. As the reference (H2OKVCache_LayerWise, and
+    KVCache-Factory's H2OKVCluster after its causal-mask fix): every prompt query's causal
+    attention is accumulated per key (a query that cannot see key j adds 0); the last
+    ``recent`` prompt tokens are kept, and the heavy hitters are the top-scored tokens before
+    them. lorekv averages over the n queries (the sum divided by n: the same ranking); the n
+    queries are scored in chunks of 256, so memory stays O(n * 256) per head. ``recent``
+    defaults to B // 2: the paper evaluates equal heavy and recent shares (its lm-eval
+    script: 10% + 10%), so the reference at capacity C keeps C - recent heavy hitters.
+    Differs: one compression after the prefill (H2O also evicts at every decoding step,
+    adding each new query's attention to the accumulated scores); per KV head from the group
+    mean (the reference is per head of an MHA model); not kvpress's ObservedAttentionPress,
+    whose mean over the queries that see key j (sum / (n - j)) ranks differently.
+    """
+    recent = budget // 2 if recent is None else recent
+    if not 0 <= recent <= budget:
+        raise ValueError(f"recent must lie in [0, budget={budget}] for h2o (the rest are heavy hitters), got {recent}")
+    return PipelineConfig(
+        sampler={"name": "prompt_window", "window": "all"},
+        scorer={"name": "attention_mass"},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget, "recent": recent},
+    )
+
+
 PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "lore_kv": lore_kv,
     "snapkv": snapkv,
@@ -176,6 +204,7 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "tova": tova,
     "streaming_llm": streaming_llm,
     "greedy_lookahead": greedy_lookahead,
+    "h2o": h2o,
 }
 
 
