@@ -196,6 +196,34 @@ def h2o(budget: int, recent: int | None = None) -> PipelineConfig:
     )
 
 
+def kvzip(budget: int, chunk_size: int = 2048) -> PipelineConfig:
+    """KVzip: the max attention each token gets while the model repeats the context (needs tokenizer=).
+
+    "KVzip: Query-Agnostic KV Cache Compression with Context Reconstruction",
+    https://arxiv.org/abs/2505.23416. As kvpress's KVzipPress: the prompt is reconstructed in
+    chunks of 2048 tokens, each teacher-forced after "Repeat the previous context exactly."
+    (later chunks: "Repeat the part of the previous context exactly, starting with" + the
+    previous chunk's last 8 tokens) and the chat template's assistant header; every position
+    of a repeat input is a query whose softmax covers the first 4 prompt keys, its own chunk's
+    keys and its own earlier keys; score = the max over those queries and over the group's
+    query heads. Query-agnostic is KVzip's setting; query-aware mode reconstructs the whole
+    prompt (question included) and keeps the re-fed last token on top. Pass the model's
+    tokenizer: ``Pipeline.compress(..., tokenizer=tok)``. Differs: a uniform B per KV head
+    (kvpress prunes one global threshold over all layers and heads, the original a global
+    "pair" threshold; ``policy.name=per_head`` with ``alpha=0``, ``normalize=False`` is
+    kvpress's ``layerwise=True``); the whole prompt is reconstructed (kvpress skips a chat
+    template prefix, whose tokens then score 0); the 4 sink keys, in every later chunk's
+    softmax, score the max over every chunk's queries (kvpress keeps chunk 0's); softmax in
+    float32 (kvpress: the model dtype); no KVzip+ normalisation.
+    """
+    return PipelineConfig(
+        sampler={"name": "kvzip", "chunk_size": chunk_size},
+        scorer={"name": "attention_mass", "query_reduction": "max", "head_reduction": "max"},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget},
+    )
+
+
 PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "lore_kv": lore_kv,
     "snapkv": snapkv,
@@ -205,6 +233,7 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "streaming_llm": streaming_llm,
     "greedy_lookahead": greedy_lookahead,
     "h2o": h2o,
+    "kvzip": kvzip,
 }
 
 

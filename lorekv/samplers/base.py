@@ -25,6 +25,7 @@ class Rollout(Protocol):
     """Model-side services a sampler draws on; all start from the prefilled prompt.
 
     Attributes:
+        prompt_ids: (1, n) the prompt's token ids.
         prompt_length: n, the prompt's token count.
         candidates: how many leading prompt tokens are eviction candidates (n - 1 in
             query-aware mode, where the last one is re-fed; n query-agnostic).
@@ -32,6 +33,7 @@ class Rollout(Protocol):
             tokenizer=...)``), else None; only samplers that feed text of their own need it.
     """
 
+    prompt_ids: torch.Tensor
     prompt_length: int
     candidates: int
     tokenizer: Any | None
