@@ -224,6 +224,34 @@ def kvzip(budget: int, chunk_size: int = 2048) -> PipelineConfig:
     )
 
 
+def laq(
+    budget: int, num_tokens: int = 8, window: int = 8, draft_window: int = 32, pool_kernel: int = 7
+) -> PipelineConfig:
+    """LAQ: pseudo-queries decoded from a SnapKV-compressed cache score the full prompt (LAQ++ window 8).
+
+    "Lookahead Q-Cache: Achieving More Consistent KV Eviction via Pseudo Query",
+    https://arxiv.org/abs/2505.20334. As the reference (noforit/Lookahead_Q-Cache): SnapKV
+    (window 32, max-pool 7) compresses the prompt to the same budget; L = 8 greedy pseudo
+    tokens are decoded from that compressed cache, the first being the full prefill's next
+    token; the ORIGINAL prompt keys are then scored with the last w2 prompt queries and the
+    pseudo-queries (softmax over the prompt keys only), summed over queries (lorekv: the mean,
+    same ranking), max-pooled (7) over the tokens before the window, and the top C - w2 are
+    kept with the last w2 prompt tokens. ``window`` = w2: 8 is LAQ++ (the default), 0 plain
+    LAQ. Differs: always L tokens (the reference stops at EOS, which needs a host sync per
+    step); correct causal visibility (the reference's mask over its last w2 + L prompt keys is
+    misaligned: it hides from window query i the L keys after it that it may see, and from
+    pseudo-query i the last w2 + L - 1 - i prompt keys); per KV head, the draft included.
+    """
+    _check_window("laq", budget, max(window, draft_window))
+    return PipelineConfig(
+        sampler={"name": "lookahead", "draft_budget": budget, "num_tokens": num_tokens, "window": window,
+                 "draft_window": draft_window, "draft_pool_kernel": pool_kernel},
+        scorer={"name": "attention_mass", "pool_kernel": pool_kernel},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget, "recent": window},
+    )  # fmt: skip
+
+
 PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "lore_kv": lore_kv,
     "snapkv": snapkv,
@@ -234,6 +262,7 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "greedy_lookahead": greedy_lookahead,
     "h2o": h2o,
     "kvzip": kvzip,
+    "laq": laq,
 }
 
 

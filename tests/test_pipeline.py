@@ -333,7 +333,8 @@ def test_every_preset_compresses_to_its_budget(name: str) -> None:
     from lorekv.presets import PRESETS, preset
 
     model = tiny_llama(10, layers=2)
-    options = {"window": 4} if "window" in inspect.signature(PRESETS[name]).parameters else {}
+    parameters = inspect.signature(PRESETS[name]).parameters
+    options = {key: 4 for key in ("window", "draft_window") if key in parameters}
     pipeline = Pipeline.from_config(preset(name, 12, **options))
     compressed = pipeline.compress(model, random_ids(48, seed=15), tokenizer=CharTokenizer())  # kvzip needs one
     counts = compressed.selection.counts()

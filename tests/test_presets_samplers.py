@@ -14,12 +14,15 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from recording import reference
-from test_presets import GROUP, MODES, as_candidates, attention_rows, kept, top
+from test_presets import GROUP, MODES, as_candidates, attention_rows, kept, snapkv_scores, top
 from tiny_models import CharTokenizer, random_ids, tiny_llama
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from lorekv import Pipeline, preset
-from lorekv.hf import evictable_layers
+from lorekv.hf import ModelRollout, evictable_layers, prepare
 
 N = 60
 
@@ -174,3 +177,107 @@ def test_kvzip_suffix_comes_from_the_chat_template() -> None:
     assert KVzipSampler(KVzipConfig()).suffix_text(Templated()) == "</user><assistant>"
     assert KVzipSampler(KVzipConfig()).suffix_text(CharTokenizer()) == "\n"
     assert KVzipSampler(KVzipConfig(suffix="!")).suffix_text(Templated()) == "!"
+
+
+# ---------------------------------------------------------------------------------------------
+# LAQ
+
+MASKED = "lorekv_test_masked"
+
+
+def masked_run(model, seq: torch.Tensor, n: int, keep: list[list[set[int]]]) -> tuple[torch.Tensor, dict]:
+    """Logits (S, V) and per-layer queries of ``seq`` run causally, except that the tokens at
+    positions >= n see only the prompt keys in ``keep[layer][g]``: decoding from a compressed
+    cache, emulated with the model's own projections and an explicit float64 per-head mask."""
+    layers = evictable_layers(model)
+    queries: dict[int, torch.Tensor] = {}
+
+    def attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+        layer = module.layer_idx
+        q, k, v = query[0].double(), key[0].double(), value[0].double()
+        k, v = k.repeat_interleave(GROUP, 0), v.repeat_interleave(GROUP, 0)
+        s = q.shape[1]
+        allowed = torch.ones(q.shape[0], s, s, dtype=torch.bool).tril()
+        for h in range(q.shape[0]):
+            hidden = [j for j in range(n) if j not in keep[layers.index(layer)][h // GROUP]]
+            allowed[h, n:, hidden] = False
+        logits = ((q @ k.transpose(-1, -2)) * scaling).masked_fill(~allowed, -math.inf)
+        queries[layer] = query[0]
+        out = torch.softmax(logits, dim=-1) @ v  # (H, S, d)
+        return out.transpose(0, 1).unsqueeze(0).to(query.dtype), None
+
+    AttentionInterface.register(MASKED, attention)
+    AttentionMaskInterface.register(MASKED, eager_mask)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(MASKED)
+    try:
+        with torch.no_grad():
+            logits = model(seq, use_cache=False).logits[0]
+    finally:
+        model.set_attn_implementation(previous)
+    return logits, queries
+
+
+def laq_reference(model, ids: torch.Tensor, capacity: int, w2: int, draft_window: int, steps: int):
+    """LAQ's rule in reference terms: SnapKV draft at capacity C, L greedy tokens decoded from it,
+    then the last w2 prompt queries + the L pseudo-queries scored on the FULL prompt keys with
+    correct causal visibility, summed, group mean, max-pooled (7) before the window, top C - w2
+    plus the last w2 tokens."""
+    n = ids.shape[1]
+    layers = evictable_layers(model)
+    recs = reference(model, ids)
+    draft = [
+        [
+            top(s, capacity - draft_window) | set(range(n - draft_window, n))
+            for s in snapkv_scores(recs[l], n, draft_window, 7)
+        ]
+        for l in layers
+    ]
+    with torch.no_grad():
+        tokens = [int(model(ids).logits[0, -1].argmax())]
+    for _ in range(steps - 1):
+        logits, _ = masked_run(model, torch.cat([ids, torch.tensor([tokens])], dim=1), n, draft)
+        tokens.append(int(logits[-1].argmax()))
+    _, pseudo = masked_run(model, torch.cat([ids, torch.tensor([tokens])], dim=1), n, draft)
+    expected = []
+    for layer in layers:
+        rec = recs[layer]
+        q = torch.cat([rec["query"][:, n - w2 : n], pseudo[layer][:, n : n + steps]], dim=1).double()
+        k = rec["key"][:, :n].double().repeat_interleave(GROUP, dim=0)
+        logits = (q @ k.transpose(-1, -2)) * rec["scaling"]  # (H, w2 + L, n): prompt keys only
+        for i in range(w2):  # window query i sits at n - w2 + i; pseudo-queries see every prompt key
+            logits[:, i, n - w2 + i + 1 :] = -math.inf
+        summed = group_mean(torch.softmax(logits, dim=-1).sum(dim=1))  # (G, n)
+        prefix = n - w2
+        pooled = F.max_pool1d(summed[:, :prefix].unsqueeze(1), 7, 1, 3).squeeze(1)
+        expected.append([top(s, capacity - w2) | set(range(prefix, n)) for s in pooled])
+    return expected, tokens
+
+
+@pytest.mark.parametrize(
+    "query_aware,w2", [(True, 8), (False, 8), (False, 0)], ids=["LAQ++-query-aware", "LAQ++-agnostic", "LAQ-agnostic"]
+)
+def test_laq_equals_the_reference_rule(query_aware: bool, w2: int) -> None:
+    model = tiny_llama(115, layers=2)
+    ids = random_ids(N, seed=215)
+    budget, draft_window, steps = 18, 10, 5
+    expected, tokens = laq_reference(model, ids, budget + query_aware, w2, draft_window, steps)
+    config = preset("laq", budget, num_tokens=steps, window=w2, draft_window=draft_window)
+    pipeline = Pipeline.from_config(config)
+    compressed = pipeline.compress(model, ids, query_aware=query_aware)
+    assert kept(compressed) == as_candidates(expected, N, query_aware)
+    rollout = ModelRollout(prepare(model), ids, evictable_layers(model), pipeline.sampler.prefill_window,
+                           candidates=N - query_aware)  # fmt: skip
+    assert pipeline.sampler.sample(rollout).token_ids[0, w2:].tolist() == tokens, "decoded from the draft cache"
+
+
+def test_laq_pseudo_tokens_come_from_the_draft_not_the_full_cache() -> None:
+    """With a draft much smaller than the prompt, the draft-decoded tokens differ from full-cache greedy."""
+    model = tiny_llama(116, layers=2)
+    ids = random_ids(N, seed=216)
+    draft = preset("laq", 12, num_tokens=6, window=4, draft_window=4)
+    full = preset("greedy_lookahead", 12, num_tokens=6)
+    layers = evictable_layers(model)
+    drafted = Pipeline.from_config(draft).sampler.sample(ModelRollout(prepare(model), ids, layers, 4)).token_ids
+    greedy = Pipeline.from_config(full).sampler.sample(ModelRollout(prepare(model), ids, layers)).token_ids
+    assert drafted[0, 4:].tolist() != greedy[0].tolist()

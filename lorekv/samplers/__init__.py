@@ -14,6 +14,7 @@ from lorekv.samplers.base import (
 )
 from lorekv.samplers.greedy import GreedyConfig, GreedySampler
 from lorekv.samplers.kvzip import KVzipConfig, KVzipSampler
+from lorekv.samplers.lookahead import LookaheadConfig, LookaheadSampler
 from lorekv.samplers.nucleus import NucleusConfig, NucleusSampler
 from lorekv.samplers.oracle import OracleConfig, OracleSampler
 from lorekv.samplers.prompt_window import PromptWindowConfig, PromptWindowSampler
@@ -25,6 +26,8 @@ __all__ = [
     "GreedySampler",
     "KVzipConfig",
     "KVzipSampler",
+    "LookaheadConfig",
+    "LookaheadSampler",
     "NucleusConfig",
     "NucleusSampler",
     "OracleConfig",
