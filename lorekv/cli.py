@@ -178,12 +178,11 @@ def generate(
     eos = end_of_turn_ids(tokenizer)
     text = chat_text(tokenizer, prompt if question is None else prompt + SPLIT + question, chat=chat)
     if question is None:
-        result = pipeline.generate(
-            net, encode(tokenizer, text, add_special_tokens=not chat), max_new_tokens, eos_token_id=eos
-        )
+        ids = encode(tokenizer, text, add_special_tokens=not chat)
+        result = pipeline.generate(net, ids, max_new_tokens, eos_token_id=eos, tokenizer=tokenizer)
     else:
         context_ids, question_ids = encode_split(tokenizer, text, add_special_tokens=not chat)
-        compressed = pipeline.compress(net, context_ids, query_aware=False)
+        compressed = pipeline.compress(net, context_ids, query_aware=False, tokenizer=tokenizer)
         result = decode(net, compressed, question_ids, max_new_tokens, eos_token_id=eos)
     typer.echo(result.text(tokenizer))
     typer.echo(json.dumps({"stats": result.stats.to_dict(), "decode_seconds": result.decode_seconds}, indent=2))

@@ -53,7 +53,7 @@ from lorekv.token_rules import TokenRule
 from lorekv.validation import check_int_at_least, describe
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 FAMILIES = ("sampler", "scorer", "aggregator", "policy")
 
@@ -159,31 +159,49 @@ class Pipeline:
         check_token_ids(model, input_ids, "input_ids", min_length=minimum)
         n = input_ids.shape[1]
         window = self.sampler.prefill_window
-        if window > n:
+        if window != "all" and window > n:
             raise ValueError(f"window must be <= the prompt length {n}, got {window}")
         tail = 1 if query_aware else 0
         self.policy.check_budget(n - tail, tail)
         check_context(model, n, self._future_tokens() + extra, "future/answer")
 
     @torch.no_grad()
-    def compress(self, model: PreTrainedModel, input_ids: torch.Tensor, *, query_aware: bool = True) -> CompressedCache:
-        """Prefill, sample futures, score, aggregate, select; return the compressed cache."""
+    def compress(
+        self,
+        model: PreTrainedModel,
+        input_ids: torch.Tensor,
+        *,
+        query_aware: bool = True,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+    ) -> CompressedCache:
+        """Prefill, sample futures, score, aggregate, select; return the compressed cache.
+
+        ``tokenizer`` is handed to the sampler through the rollout; only samplers that feed
+        text of their own need it (``kvzip``'s repeat instruction), the others ignore it.
+        """
         self.check_input(model, input_ids, query_aware=query_aware)
         check_supported(model)
         prepare(model)
         layers = evictable_layers(model)
         seconds: dict[str, float] = {}
+        n = input_ids.shape[1]
+        candidates = n - 1 if query_aware else n
 
         start = time.perf_counter()
-        rollout = ModelRollout(model, input_ids, layers, prefill_window=self.sampler.prefill_window)
+        rollout = ModelRollout(
+            model,
+            input_ids,
+            layers,
+            prefill_window=self.sampler.prefill_window,
+            tokenizer=tokenizer,
+            candidates=candidates,
+        )
         seconds["prefill"] = time.perf_counter() - start
 
         start = time.perf_counter()
         trajectories = self.sampler.futures(rollout)
         seconds["sampling"] = time.perf_counter() - start
 
-        n = input_ids.shape[1]
-        candidates = n - 1 if query_aware else n
         start = time.perf_counter()
         per_future = self.scorer.score(trajectories)[..., :candidates]
         combined, weights = self.aggregator.aggregate(per_future, trajectories.logprobs, trajectories.entropies)
@@ -219,14 +237,16 @@ class Pipeline:
         question_ids: torch.Tensor | None = None,
         eos_token_id: int | list[int] | None = None,
         rule: TokenRule | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> Generation:
         """Compress ``input_ids`` and decode an answer (greedy unless ``rule`` says otherwise).
 
         Without ``question_ids`` the prompt is compressed query-aware; with them the prompt
         is a context compressed query-agnostically and the question is fed after it.
+        ``tokenizer`` is passed to :meth:`compress` (samplers that feed text need it).
         """
         check_int_at_least("max_new_tokens", max_new_tokens, 1)
         extra = max_new_tokens + (0 if question_ids is None else question_ids.shape[-1])
         self.check_input(model, input_ids, query_aware=question_ids is None, extra=extra)
-        compressed = self.compress(model, input_ids, query_aware=question_ids is None)
+        compressed = self.compress(model, input_ids, query_aware=question_ids is None, tokenizer=tokenizer)
         return decode(model, compressed, question_ids, max_new_tokens, eos_token_id=eos_token_id, rule=rule)

@@ -168,9 +168,6 @@ def greedy_lookahead(budget: int, num_tokens: int = 8) -> PipelineConfig:
     )
 
 
-# --- baselines: Knorm, random, CriticalKV -------------------------------------------------------
-
-
 def knorm(budget: int) -> PipelineConfig:
     """Knorm: keep the keys with the lowest L2 norm, per KV head, whatever the queries.
 
@@ -244,6 +241,90 @@ def critical_kv(
     )  # fmt: skip
 
 
+def h2o(budget: int, recent: int | None = None) -> PipelineConfig:
+    """H2O: heavy hitters by attention summed over all prompt queries, plus a recent window.
+
+    "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models",
+    https://arxiv.org/abs/2306.14048. As the reference (H2OKVCache_LayerWise, and
+    KVCache-Factory's H2OKVCluster after its causal-mask fix): every prompt query's causal
+    attention is accumulated per key (a query that cannot see key j adds 0); the last
+    ``recent`` prompt tokens are kept, and the heavy hitters are the top-scored tokens before
+    them. lorekv averages over the n queries (the sum divided by n: the same ranking); the n
+    queries are scored in chunks of 256, so memory stays O(n * 256) per head. ``recent``
+    defaults to B // 2: the paper evaluates equal heavy and recent shares (its lm-eval
+    script: 10% + 10%), so the reference at capacity C keeps C - recent heavy hitters.
+    Differs: one compression after the prefill (H2O also evicts at every decoding step,
+    adding each new query's attention to the accumulated scores); per KV head from the group
+    mean (the reference is per head of an MHA model); not kvpress's ObservedAttentionPress,
+    whose mean over the queries that see key j (sum / (n - j)) ranks differently.
+    """
+    recent = budget // 2 if recent is None else recent
+    if not 0 <= recent <= budget:
+        raise ValueError(f"recent must lie in [0, budget={budget}] for h2o (the rest are heavy hitters), got {recent}")
+    return PipelineConfig(
+        sampler={"name": "prompt_window", "window": "all"},
+        scorer={"name": "attention_mass"},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget, "recent": recent},
+    )
+
+
+def kvzip(budget: int, chunk_size: int = 2048) -> PipelineConfig:
+    """KVzip: the max attention each token gets while the model repeats the context (needs tokenizer=).
+
+    "KVzip: Query-Agnostic KV Cache Compression with Context Reconstruction",
+    https://arxiv.org/abs/2505.23416. As kvpress's KVzipPress: the prompt is reconstructed in
+    chunks of 2048 tokens, each teacher-forced after "Repeat the previous context exactly."
+    (later chunks: "Repeat the part of the previous context exactly, starting with" + the
+    previous chunk's last 8 tokens) and the chat template's assistant header; every position
+    of a repeat input is a query whose softmax covers the first 4 prompt keys, its own chunk's
+    keys and its own earlier keys; score = the max over those queries and over the group's
+    query heads. Query-agnostic is KVzip's setting; query-aware mode reconstructs the whole
+    prompt (question included) and keeps the re-fed last token on top. Pass the model's
+    tokenizer: ``Pipeline.compress(..., tokenizer=tok)``. Differs: a uniform B per KV head
+    (kvpress prunes one global threshold over all layers and heads, the original a global
+    "pair" threshold; ``policy.name=per_head`` with ``alpha=0``, ``normalize=False`` is
+    kvpress's ``layerwise=True``); the whole prompt is reconstructed (kvpress skips a chat
+    template prefix, whose tokens then score 0); the 4 sink keys, in every later chunk's
+    softmax, score the max over every chunk's queries (kvpress keeps chunk 0's); softmax in
+    float32 (kvpress: the model dtype); no KVzip+ normalisation.
+    """
+    return PipelineConfig(
+        sampler={"name": "kvzip", "chunk_size": chunk_size},
+        scorer={"name": "attention_mass", "query_reduction": "max", "head_reduction": "max"},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget},
+    )
+
+
+def laq(
+    budget: int, num_tokens: int = 8, window: int = 8, draft_window: int = 32, pool_kernel: int = 7
+) -> PipelineConfig:
+    """LAQ: pseudo-queries decoded from a SnapKV-compressed cache score the full prompt (LAQ++ window 8).
+
+    "Lookahead Q-Cache: Achieving More Consistent KV Eviction via Pseudo Query",
+    https://arxiv.org/abs/2505.20334. As the reference (noforit/Lookahead_Q-Cache): SnapKV
+    (window 32, max-pool 7) compresses the prompt to the same budget; L = 8 greedy pseudo
+    tokens are decoded from that compressed cache, the first being the full prefill's next
+    token; the ORIGINAL prompt keys are then scored with the last w2 prompt queries and the
+    pseudo-queries (softmax over the prompt keys only), summed over queries (lorekv: the mean,
+    same ranking), max-pooled (7) over the tokens before the window, and the top C - w2 are
+    kept with the last w2 prompt tokens. ``window`` = w2: 8 is LAQ++ (the default), 0 plain
+    LAQ. Differs: always L tokens (the reference stops at EOS, which needs a host sync per
+    step); correct causal visibility (the reference's mask over its last w2 + L prompt keys is
+    misaligned: it hides from window query i the L keys after it that it may see, and from
+    pseudo-query i the last w2 + L - 1 - i prompt keys); per KV head, the draft included.
+    """
+    _check_window("laq", budget, max(window, draft_window))
+    return PipelineConfig(
+        sampler={"name": "lookahead", "draft_budget": budget, "num_tokens": num_tokens, "window": window,
+                 "draft_window": draft_window, "draft_pool_kernel": pool_kernel},
+        scorer={"name": "attention_mass", "pool_kernel": pool_kernel},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget, "recent": window},
+    )  # fmt: skip
+
+
 PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "lore_kv": lore_kv,
     "snapkv": snapkv,
@@ -252,10 +333,12 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "tova": tova,
     "streaming_llm": streaming_llm,
     "greedy_lookahead": greedy_lookahead,
-    # baselines: Knorm, random, CriticalKV
+    "laq": laq,
+    "h2o": h2o,
+    "critical_kv": critical_kv,
+    "kvzip": kvzip,
     "knorm": knorm,
     "random": random,
-    "critical_kv": critical_kv,
 }
 
 

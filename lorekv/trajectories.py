@@ -8,7 +8,7 @@ teacher-forced futures, 0 for the prompt-window control), d head dim, D hidden s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -22,6 +22,9 @@ class LayerCapture:
     Query ``t`` sits at position ``query_positions[t]`` and attends to every key whose
     position is ``<=`` its own. Prompt keys have positions ``0..n-1``; response keys of a
     future have positions ``n..n+R-1``. Keys are post-RoPE, exactly as the kernel saw them.
+    A sampler whose queries see something else than this causal prefix (KVzip's chunked
+    reconstruction: each chunk's queries see the sinks, their chunk and their own keys) gives
+    ``visible_spans`` instead; every scorer reads visibility through :meth:`visible`.
 
     Attributes:
         layer_idx: index of the layer in the model.
@@ -34,6 +37,12 @@ class LayerCapture:
         response_values: (M, G, R, d) values of each future's own tokens.
         o_proj: (D, H*d) output projection weight; columns ``h*d:(h+1)*d`` are W_o^h.
         scaling: softmax scale applied to q.k (1/sqrt(d) for most models).
+        visible_spans: optional (T, S, 2) long: query t sees exactly the keys (indices along
+            :meth:`keys`, prompt keys 0..n-1 then response keys n..n+R-1) in the union of the
+            S half-open ranges ``[visible_spans[t, s, 0], visible_spans[t, s, 1])`` (an empty
+            range, lo >= hi, adds nothing). None (the default): causal by position. Compact,
+            O(T * S), and sliceable by query, so a scorer that processes queries in chunks only
+            ever materialises a chunk's rows of the (T, n+R) mask.
     """
 
     layer_idx: int
@@ -45,6 +54,7 @@ class LayerCapture:
     response_values: torch.Tensor
     o_proj: torch.Tensor
     scaling: float
+    visible_spans: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         m, h, t, d = self.queries.shape
@@ -58,6 +68,8 @@ class LayerCapture:
         check_shape("response_keys", self.response_keys, (m, g, r, d))
         check_shape("response_values", self.response_values, (m, g, r, d))
         check_shape("o_proj", self.o_proj, (None, h * d))
+        if self.visible_spans is not None:
+            check_shape("visible_spans", self.visible_spans, (t, None, 2))
 
     @property
     def num_futures(self) -> int:
@@ -90,10 +102,24 @@ class LayerCapture:
         return torch.cat([prompt, self.response_values], dim=2)
 
     def visible(self) -> torch.Tensor:
-        """(T, n+R) bool: query t may attend to key j (causality by position)."""
+        """(T, n+R) bool: query t may attend to key j (causality by position, or ``visible_spans``)."""
         n, r = self.prompt_length, self.response_keys.shape[2]
         key_positions = torch.arange(n + r, device=self.query_positions.device)
-        return key_positions.unsqueeze(0) <= self.query_positions.unsqueeze(1)
+        if self.visible_spans is None:
+            return key_positions.unsqueeze(0) <= self.query_positions.unsqueeze(1)
+        spans = self.visible_spans.to(key_positions.device)
+        lo, hi = spans[..., 0].unsqueeze(-1), spans[..., 1].unsqueeze(-1)  # (T, S, 1)
+        return ((key_positions >= lo) & (key_positions < hi)).any(dim=1)
+
+    def query_slice(self, start: int, stop: int) -> LayerCapture:
+        """The same layer holding only queries ``start:stop`` (and their rows of ``visible_spans``)."""
+        spans = None if self.visible_spans is None else self.visible_spans[start:stop]
+        return replace(
+            self,
+            queries=self.queries[:, :, start:stop],
+            query_positions=self.query_positions[start:stop],
+            visible_spans=spans,
+        )
 
 
 @dataclass(frozen=True)

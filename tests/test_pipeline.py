@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import VOCAB, random_ids, tiny_gemma3, tiny_llama
+from tiny_models import VOCAB, CharTokenizer, random_ids, tiny_gemma3, tiny_llama
 from transformers import DynamicCache
 
 from lorekv.hf.attention import forward, prepare
@@ -333,8 +333,10 @@ def test_every_preset_compresses_to_its_budget(name: str) -> None:
     from lorekv.presets import PRESETS, preset
 
     model = tiny_llama(10, layers=2)
-    options = {"window": 4} if "window" in inspect.signature(PRESETS[name]).parameters else {}
-    compressed = Pipeline.from_config(preset(name, 12, **options)).compress(model, random_ids(48, seed=15))
+    parameters = inspect.signature(PRESETS[name]).parameters
+    options = {key: 4 for key in ("window", "draft_window") if key in parameters}
+    pipeline = Pipeline.from_config(preset(name, 12, **options))
+    compressed = pipeline.compress(model, random_ids(48, seed=15), tokenizer=CharTokenizer())  # kvzip needs one
     counts = compressed.selection.counts()
     assert int(counts.sum()) == 2 * 2 * 12, "total kept = L * G * B for every policy"
     assert compressed.stats.candidate_tokens == 47

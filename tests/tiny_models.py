@@ -49,3 +49,13 @@ def tiny_gemma3(seed: int = 0, *, window: int = 6) -> Gemma3ForCausalLM:
 
 def random_ids(n: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, VOCAB, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+class CharTokenizer:
+    """A tokenizer without a chat template, one id per character (for samplers that feed text: KVzip)."""
+
+    chat_template = None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        assert add_special_tokens is False, "samplers tokenize their own text without special tokens"
+        return [ord(c) % VOCAB for c in text]

@@ -42,7 +42,9 @@ def run_method(
     if config is None:
         result = generate_full(model, ids, max_new_tokens, eos_token_id=eos)
     else:
-        result = Pipeline.from_config(config).generate(model, ids, max_new_tokens, eos_token_id=eos)
+        result = Pipeline.from_config(config).generate(
+            model, ids, max_new_tokens, eos_token_id=eos, tokenizer=tokenizer
+        )
     return result, time.perf_counter() - start
 
 

@@ -9,12 +9,14 @@ prompt's own cache is never touched by the futures, and their KV is dropped with
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import torch
 from transformers import PreTrainedModel
 
 from lorekv.hf.attention import QueryCapture, forward
-from lorekv.hf.cache import PositionedCache
+from lorekv.hf.cache import PositionedCache, gather
+from lorekv.scores import Selection
 from lorekv.token_rules import TokenRule, token_stats
 from lorekv.trajectories import LayerCapture, Trajectories
 from lorekv.validation import check_int_at_least
@@ -32,7 +34,18 @@ class ModelRollout:
         model: a causal LM prepared with :func:`lorekv.hf.attention.prepare`.
         input_ids: (1, n) the prompt.
         evict_layers: the layers whose queries are captured (the evictable ones).
-        prefill_window: capture the last ``prefill_window`` prompt queries during prefill.
+        prefill_window: capture the last ``prefill_window`` prompt queries during prefill;
+            ``"all"`` captures every prompt query (H2O), (1, H, n, d) per layer. Token
+            statistics of the window need the prefill's logits at its positions: for an int
+            window they are kept ((w+1, V) floats); for ``"all"`` they are not, since (n, V)
+            logits would dwarf everything else, and :meth:`prompt_window` reports log-prob 0
+            and entropy 0 for those tokens (the window is one pseudo-future, so no aggregator
+            weight depends on them).
+        tokenizer: the model's tokenizer, for samplers that feed text of their own (KVzip's
+            repeat instruction); None when the caller has none.
+        candidates: how many leading prompt tokens are eviction candidates (n - 1 in
+            query-aware mode, n query-agnostic; default n), for samplers that evict on their
+            own before sampling (LAQ's draft cache).
     """
 
     def __init__(
@@ -40,15 +53,28 @@ class ModelRollout:
         model: PreTrainedModel,
         input_ids: torch.Tensor,
         evict_layers: Sequence[int],
-        prefill_window: int = 0,
+        prefill_window: int | Literal["all"] = 0,
+        *,
+        tokenizer: Any | None = None,
+        candidates: int | None = None,
     ) -> None:
         self.model = model
         self.prompt_ids = input_ids
         self.prompt_length = input_ids.shape[1]
         self.evict_layers = frozenset(evict_layers)
-        self._prefill_capture = QueryCapture(self.evict_layers, last=prefill_window) if prefill_window > 0 else None
+        self.tokenizer = tokenizer
         n = self.prompt_length
-        keep = min(prefill_window + 1, n)
+        self.candidates = n if candidates is None else candidates
+        if not 0 <= self.candidates <= n:
+            raise ValueError(f"candidates must lie in [0, {n}] (the prompt length), got {self.candidates}")
+        if prefill_window == "all":
+            self._captured = n
+            self._prefill_capture = QueryCapture(self.evict_layers, last=None)
+            keep = 1
+        else:
+            self._captured = min(prefill_window, n)
+            self._prefill_capture = QueryCapture(self.evict_layers, last=prefill_window) if prefill_window > 0 else None
+            keep = min(prefill_window + 1, n)
         self.cache = PositionedCache.for_model(model.config)
         chunks = []
         if n > 1:
@@ -70,10 +96,21 @@ class ModelRollout:
     def generator(self, seed: int) -> torch.Generator:
         return torch.Generator(device=self.last_logits.device).manual_seed(seed)
 
-    def decode(self, rule: TokenRule, num_futures: int, num_tokens: int) -> Trajectories:
+    def decode(
+        self, rule: TokenRule, num_futures: int, num_tokens: int, *, keep: Selection | None = None
+    ) -> Trajectories:
         check_int_at_least("num_futures", num_futures, 1)
         check_int_at_least("num_tokens", num_tokens, 1)
-        cache = self.cache.expanded(num_futures)
+        if keep is None:
+            source = self.cache
+        else:
+            if keep.num_tokens != self.prompt_length or set(keep.layer_indices) != self.evict_layers:
+                raise ValueError(
+                    f"keep must select among the {self.prompt_length} prompt tokens of layers "
+                    f"{sorted(self.evict_layers)}; got {keep.num_tokens} tokens, layers {list(keep.layer_indices)}"
+                )
+            source = gather(self.cache, keep, limit=self.prompt_length)
+        cache = source.expanded(num_futures)
         cache.reserve(num_futures, num_tokens)
         capture = QueryCapture(self.evict_layers)
         logits = self.last_logits.expand(num_futures, -1)
@@ -103,14 +140,15 @@ class ModelRollout:
         lp, ent = token_stats(before.flatten(0, 1), token_ids.flatten())
         return self._trajectories(token_ids, lp.view(m, t), ent.view(m, t), capture, cache)
 
-    def prompt_window(self, window: int) -> Trajectories:
-        captured = 0 if self._prefill_capture is None else self._prefill_capture.last
-        if not 1 <= window <= min(captured, self.prompt_length):
+    def prompt_window(self, window: int | Literal["all"]) -> Trajectories:
+        n, captured = self.prompt_length, self._captured
+        if window == "all":
+            window = n
+        if not 1 <= window <= captured:
             raise ValueError(
-                f"window must lie in [1, {min(captured, self.prompt_length)}] (the prefill captured "
-                f"{captured} queries of a {self.prompt_length}-token prompt), got {window}"
+                f"window must lie in [1, {captured}] (the prefill captured "
+                f"{captured} queries of a {n}-token prompt), got {window}"
             )
-        n = self.prompt_length
         tokens = self.prompt_ids[:, n - window :]
         predicting = self.prompt_logits[-window - 1 : -1]
         pad = window - predicting.shape[0]  # the prompt's first token has no logits predicting it

@@ -1,7 +1,7 @@
 """Samplers: which queries stand for "the future"?
 
 Importing this package registers every sampler in :data:`SAMPLERS`:
-``greedy``, ``temperature``, ``nucleus``, ``prompt_window`` and ``oracle``.
+``greedy``, ``temperature``, ``nucleus``, ``prompt_window``, ``oracle``, ``kvzip`` and ``lookahead``.
 """
 
 from lorekv.samplers.base import (
@@ -13,6 +13,8 @@ from lorekv.samplers.base import (
     prepend_last_prompt_query,
 )
 from lorekv.samplers.greedy import GreedyConfig, GreedySampler
+from lorekv.samplers.kvzip import KVzipConfig, KVzipSampler
+from lorekv.samplers.lookahead import LookaheadConfig, LookaheadSampler
 from lorekv.samplers.nucleus import NucleusConfig, NucleusSampler
 from lorekv.samplers.oracle import OracleConfig, OracleSampler
 from lorekv.samplers.prompt_window import PromptWindowConfig, PromptWindowSampler
@@ -22,6 +24,10 @@ __all__ = [
     "SAMPLERS",
     "GreedyConfig",
     "GreedySampler",
+    "KVzipConfig",
+    "KVzipSampler",
+    "LookaheadConfig",
+    "LookaheadSampler",
     "NucleusConfig",
     "NucleusSampler",
     "OracleConfig",

@@ -10,21 +10,43 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from pydantic import Field
 
 from lorekv.registry import ComponentConfig, Registry
+from lorekv.scores import Selection
 from lorekv.token_rules import TokenRule
 from lorekv.trajectories import LayerCapture, Trajectories
 
 
 class Rollout(Protocol):
-    """Model-side services a sampler draws on; all start from the prefilled prompt."""
+    """Model-side services a sampler draws on; all start from the prefilled prompt.
 
-    def decode(self, rule: TokenRule, num_futures: int, num_tokens: int) -> Trajectories:
-        """Extend the prompt M times by T tokens chosen by ``rule``, capturing the queries."""
+    Attributes:
+        prompt_ids: (1, n) the prompt's token ids.
+        prompt_length: n, the prompt's token count.
+        candidates: how many leading prompt tokens are eviction candidates (n - 1 in
+            query-aware mode, where the last one is re-fed; n query-agnostic).
+        tokenizer: the model's tokenizer where the caller passed one (``Pipeline.compress(...,
+            tokenizer=...)``), else None; only samplers that feed text of their own need it.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_length: int
+    candidates: int
+    tokenizer: Any | None
+
+    def decode(
+        self, rule: TokenRule, num_futures: int, num_tokens: int, *, keep: Selection | None = None
+    ) -> Trajectories:
+        """Extend the prompt M times by T tokens chosen by ``rule``, capturing the queries.
+
+        With ``keep`` (a selection among the n prompt tokens of every evictable layer), the
+        futures are decoded from the prompt cache restricted to it, positions preserved (a
+        draft cache, as LAQ's); the captured layers still hold the full prompt's keys.
+        """
         ...
 
     def teacher_force(self, token_ids: torch.Tensor) -> Trajectories:
@@ -34,8 +56,9 @@ class Rollout(Protocol):
         """
         ...
 
-    def prompt_window(self, window: int) -> Trajectories:
-        """The queries of the last ``window`` prompt tokens, as captured during prefill."""
+    def prompt_window(self, window: int | Literal["all"]) -> Trajectories:
+        """The queries of the last ``window`` prompt tokens (``"all"``: every prompt token), as
+        captured during prefill."""
         ...
 
     def generator(self, seed: int) -> torch.Generator:
@@ -67,11 +90,11 @@ class Sampler(ABC):
         self.config = config
 
     @property
-    def prefill_window(self) -> int:
+    def prefill_window(self) -> int | Literal["all"]:
         """How many trailing prompt queries the prefill must capture for this sampler.
 
         1 with ``include_last_prompt_query`` (the query at n-1), else 0; samplers that use
-        prompt queries themselves return more.
+        prompt queries themselves return more (``"all"``: every prompt query).
         """
         return 1 if self.config.include_last_prompt_query else 0
 
@@ -128,11 +151,17 @@ def prepend_last_prompt_query(futures: Trajectories, last: Trajectories) -> Traj
         if extra.query_positions.tolist() != [n - 1]:
             raise ValueError(f"expected one query at position {n - 1}, got positions {extra.query_positions.tolist()}")
         first = extra.queries.to(layer.queries.dtype).expand(layer.num_futures, -1, -1, -1)
+        spans = layer.visible_spans
+        if spans is not None:  # the last prompt query sees every prompt key and no response key
+            row = torch.zeros_like(spans[:1])
+            row[0, 0, 1] = n
+            spans = torch.cat([row, spans])
         layers.append(
             replace(
                 layer,
                 queries=torch.cat([first, layer.queries], dim=2),
                 query_positions=torch.cat([extra.query_positions.to(layer.query_positions), layer.query_positions]),
+                visible_spans=spans,
             )
         )
     return replace(futures, layers=tuple(layers))

@@ -2,11 +2,12 @@
 
 This is the observation window of SnapKV (w of about 32) and TOVA (w = 1): no tokens are
 generated; the scorer sees the queries of the last w prompt tokens as captured in prefill.
+``window="all"`` takes every prompt query (H2O's accumulated attention).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -18,11 +19,15 @@ class PromptWindowConfig(SamplerConfig):
     """Config of :class:`PromptWindowSampler`.
 
     Attributes:
-        window: w, how many trailing prompt queries stand for the future (>= 1).
+        window: w, how many trailing prompt queries stand for the future (>= 1), or
+            ``"all"``: every prompt query (w = n). The prefill then captures (1, H, n, d)
+            queries per layer and keeps no logits for them, so the window's token log-probs
+            and entropies are reported as 0 (one pseudo-future: no aggregator weight depends
+            on them); the scorer processes the n queries in chunks (``QUERY_CHUNK``).
     """
 
     name: Literal["prompt_window"] = "prompt_window"
-    window: int = Field(default=32, ge=1, strict=True)
+    window: Annotated[int, Field(ge=1, strict=True)] | Literal["all"] = 32
 
 
 @SAMPLERS.register(PromptWindowConfig)
@@ -32,10 +37,10 @@ class PromptWindowSampler(Sampler):
     config: PromptWindowConfig
 
     @property
-    def prefill_window(self) -> int:
-        """w: the prefill must capture the queries of the last w prompt tokens."""
+    def prefill_window(self) -> int | Literal["all"]:
+        """w: the prefill must capture the queries of the last w prompt tokens (or all of them)."""
         return self.config.window
 
     def sample(self, rollout: Rollout) -> Trajectories:
-        """One pseudo-future of shape (1, w): the window's prompt tokens and their prefill queries."""
+        """One pseudo-future of shape (1, w): the window's prompt tokens and their prefill queries (w = n for "all")."""
         return rollout.prompt_window(self.config.window)

@@ -7,6 +7,13 @@ An optional 1-D max pooling over neighbouring prompt tokens (SnapKV's clustering
 it runs over the prefix that precedes the first query, so that a prompt window's own tokens
 (positions at or after its first query, protected by the SnapKV-style presets) never lend
 their scores to the tokens before them.
+
+Memory: :meth:`Scorer.score` hands a layer's queries to :meth:`Scorer.query_scores` in chunks
+of at most :data:`QUERY_CHUNK` queries and combines the per-chunk reductions exactly (sums
+then one division by T for ``mean``, a running maximum for ``max``). Every scorer's
+per-query work (weights, outputs, distances) is then (M, H, chunk, n+R) at a time whatever T
+is: O(n * chunk) per head instead of O(n * T), which is what makes scoring with all n prompt
+queries (H2O) or a whole reconstructed context (KVzip) affordable.
 """
 
 from __future__ import annotations
@@ -24,6 +31,10 @@ from lorekv.trajectories import LayerCapture, Trajectories
 from lorekv.validation import check_int_at_least
 
 Reduction = Literal["mean", "max"]
+
+QUERY_CHUNK = 256
+"""Most queries :meth:`Scorer.score` passes to :meth:`Scorer.query_scores` at once (not a config
+field: the result does not depend on it beyond float rounding of the ``mean``'s sum)."""
 
 
 class ScorerConfig(ComponentConfig):
@@ -74,27 +85,56 @@ class Scorer(ABC):
     def score(self, trajectories: Trajectories) -> torch.Tensor:
         """(M, L, G, n) per-future token scores U_m[l, g, j], at least float32.
 
-        Per layer: :meth:`query_scores` (M, H, T, n) -> reduce over the T queries
-        (``query_reduction``) -> (M, H, n) -> reduce over the ``group`` query heads of each KV
-        head (``head_reduction``) -> (M, G, n) -> shared across KV heads (``kv_heads``) -> max
-        pooling over the tokens before the first query (``pool_kernel``). The layers are
-        stacked in the order of ``trajectories.layers``; with no layers the result has shape
-        (M, 0, 0, n).
+        Per layer: :meth:`query_scores` (M, H, T, n), computed on at most :data:`QUERY_CHUNK`
+        queries at a time -> reduce over the T queries (``query_reduction``; ``mean`` divides
+        the sum by T, so a query that cannot see token j counts as 0 for it) -> (M, H, n) ->
+        reduce over the ``group`` query heads of each KV head (``head_reduction``) -> (M, G, n)
+        -> shared across KV heads (``kv_heads``) -> max pooling over the tokens before the first
+        query (``pool_kernel``). The layers are stacked in the order of ``trajectories.layers``;
+        with no layers the result has shape (M, 0, 0, n).
         """
-        per_layer = [self.reduce(self.query_scores(layer), layer) for layer in trajectories.layers]
+        per_layer = [self.score_layer(layer) for layer in trajectories.layers]
         if not per_layer:
             return torch.zeros(trajectories.num_futures, 0, 0, trajectories.prompt_length)
         return torch.stack(per_layer, dim=1)
 
+    def score_layer(self, layer: LayerCapture) -> torch.Tensor:
+        """(M, G, n) the reduced scores of one layer, its queries scored in chunks of :data:`QUERY_CHUNK`."""
+        t = layer.queries.shape[2]
+        if t <= QUERY_CHUNK:
+            return self.reduce(self.query_scores(layer), layer)
+        mean = self.config.query_reduction == "mean"
+        total: torch.Tensor | None = None
+        for start in range(0, t, QUERY_CHUNK):
+            scores = self.query_scores(layer.query_slice(start, min(start + QUERY_CHUNK, t)))
+            scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+            part = scores.sum(dim=2) if mean else scores.amax(dim=2)
+            if total is None:
+                total = part
+            else:
+                total = total + part if mean else torch.maximum(total, part)
+        return self.reduce_heads(total / t if mean else total, layer)
+
     def reduce(self, query_scores: torch.Tensor, layer: LayerCapture) -> torch.Tensor:
         """(M, H, T, n) per-query scores of ``layer`` -> (M, G, n) per-KV-head scores, at least float32.
+
+        ``query_reduction`` over the T queries (``mean`` as the sum divided by T, as
+        :meth:`score_layer` combines chunks), then :meth:`reduce_heads`.
+        """
+        scores = query_scores.to(torch.promote_types(query_scores.dtype, torch.float32))
+        if self.config.query_reduction == "mean":
+            per_head = scores.sum(dim=2) / scores.shape[2]
+        else:
+            per_head = reduce(scores, "m h t n -> m h n", "max")
+        return self.reduce_heads(per_head, layer)
+
+    def reduce_heads(self, per_head: torch.Tensor, layer: LayerCapture) -> torch.Tensor:
+        """(M, H, n) per-query-head scores -> (M, G, n): head reduction, ``kv_heads``, pooling.
 
         Query head h belongs to KV head g = h // group, so the heads of group g are the
         contiguous block ``g*group .. (g+1)*group - 1``.
         """
         cfg = self.config
-        scores = query_scores.to(torch.promote_types(query_scores.dtype, torch.float32))
-        per_head = reduce(scores, "m h t n -> m h n", cfg.query_reduction)
         per_kv_head = reduce(per_head, "m (g r) n -> m g n", cfg.head_reduction, g=layer.num_kv_heads)
         if cfg.kv_heads == "shared":
             per_kv_head = per_kv_head.mean(dim=1, keepdim=True).expand_as(per_kv_head).contiguous()

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 
 from lorekv.scorers.attention import causal_attention, compute_dtype
 from lorekv.scorers.base import SCORERS, Scorer, ScorerConfig
-from lorekv.trajectories import LayerCapture, Trajectories
+from lorekv.trajectories import LayerCapture
 from lorekv.validation import check_in_range
 
 
@@ -67,19 +67,14 @@ class CriticalMassScorer(Scorer):
         """(M, H, T, n) attention weights on the prompt keys (the base score before reduction)."""
         return causal_attention(layer).prompt_weights
 
-    def score(self, trajectories: Trajectories) -> torch.Tensor:
-        """(M, L, G, n) two-stage scores: stage 1 in [1, 3], stage 2 in [0, 1/2]."""
-        if not trajectories.layers:
-            return super().score(trajectories)
-        per_layer = []
-        for layer in trajectories.layers:
-            base = self.reduce(self.query_scores(layer), layer)  # (M, G, n)
-            norms = value_projection_norms(layer)
-            if self.config.kv_heads == "shared":
-                norms = norms.mean(dim=0, keepdim=True).expand_as(norms)
-            cfg = self.config
-            per_layer.append(two_stage_scores(base, norms.to(base), window_start(layer), cfg.first_stage, cfg.epsilon))
-        return torch.stack(per_layer, dim=1)
+    def score_layer(self, layer: LayerCapture) -> torch.Tensor:
+        """(M, G, n) two-stage scores of one layer: stage 1 in [1, 3], stage 2 in [0, 1/2]."""
+        base = super().score_layer(layer)  # (M, G, n): the reduced, pooled attention mass
+        norms = value_projection_norms(layer)
+        if self.config.kv_heads == "shared":
+            norms = norms.mean(dim=0, keepdim=True).expand_as(norms)
+        cfg = self.config
+        return two_stage_scores(base, norms.to(base), window_start(layer), cfg.first_stage, cfg.epsilon)
 
 
 def window_start(layer: LayerCapture) -> int:

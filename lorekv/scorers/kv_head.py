@@ -2,7 +2,7 @@
 
 Such a score s[g, j] belongs to KV head g and token j; every query of every future gives it.
 :meth:`KVHeadScorer.query_scores` still returns the (M, H, T, n) per-query view (each query
-head holds its KV head's scores), but :meth:`KVHeadScorer.score` does not average those
+head holds its KV head's scores), but :meth:`KVHeadScorer.score_layer` does not average those
 copies back: a mean of ``group`` identical float values need not round back to the value (for
 group 3, say), which could turn distinct scores into ties. It hands each KV head's scores to
 the shared reductions as one query head with one query, where the query and head reductions
@@ -17,7 +17,7 @@ import torch
 from einops import repeat
 
 from lorekv.scorers.base import Scorer
-from lorekv.trajectories import LayerCapture, Trajectories
+from lorekv.trajectories import LayerCapture
 
 
 class KVHeadScorer(Scorer):
@@ -32,12 +32,7 @@ class KVHeadScorer(Scorer):
         m, _, t, _ = layer.queries.shape
         return repeat(self.kv_head_scores(layer), "g n -> m (g r) t n", m=m, r=layer.group_size, t=t)
 
-    def score(self, trajectories: Trajectories) -> torch.Tensor:
-        """(M, L, G, n) the per-KV-head scores of every layer, the same for every future."""
-        if not trajectories.layers:
-            return super().score(trajectories)
-        per_layer = []
-        for layer in trajectories.layers:
-            one_query = repeat(self.kv_head_scores(layer), "g n -> m g 1 n", m=layer.num_futures)
-            per_layer.append(self.reduce(one_query, layer))  # (M, G, 1, n) read as H = G heads, T = 1 query
-        return torch.stack(per_layer, dim=1)
+    def score_layer(self, layer: LayerCapture) -> torch.Tensor:
+        """(M, G, n) the per-KV-head scores of one layer, the same for every future."""
+        one_query = repeat(self.kv_head_scores(layer), "g n -> m g 1 n", m=layer.num_futures)
+        return self.reduce(one_query, layer)  # (M, G, 1, n) read as H = G heads, T = 1 query

@@ -422,7 +422,7 @@ def test_invalid_configs_name_the_parameter(spec: dict, field: str) -> None:
 
 
 def test_registry_round_trip_and_defaults() -> None:
-    assert SAMPLERS.names() == ["greedy", "nucleus", "oracle", "prompt_window", "temperature"]
+    assert SAMPLERS.names() == ["greedy", "kvzip", "lookahead", "nucleus", "oracle", "prompt_window", "temperature"]
     sampler = SAMPLERS.build({"name": "nucleus", "top_p": 0.8})
     assert isinstance(sampler, NucleusSampler)
     assert sampler.config.top_p == 0.8

@@ -1,0 +1,127 @@
+"""Query chunking in ``Scorer.score`` and the optional ``visible_spans`` of a capture.
+
+``Scorer.score`` hands a layer's queries to ``query_scores`` in chunks of ``QUERY_CHUNK`` and
+combines the per-chunk reductions (sum then one division by T for ``mean``, running max for
+``max``). The result must equal the unchunked reduction for every registered scorer and every
+reduction, to float64 rounding: the combination is exact (a max of maxes, a sum of partial sums
+divided once by T); only the per-query arithmetic may round differently, since BLAS may block
+matrix products of different shapes differently.
+The memory bound follows from what ``query_scores`` is ever given: at most ``QUERY_CHUNK``
+queries, so its (M, H, chunk, n+R) intermediates do not grow with T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import CaptureDims, make_capture, make_trajectories
+
+import lorekv.scorers.base as scorer_base
+from lorekv.scorers import SCORERS
+from lorekv.trajectories import LayerCapture
+
+REDUCTIONS = [(q, h) for q in ("mean", "max") for h in ("mean", "max")]
+
+
+def capture(seed: int, *, queries: int = 11, prompt: int = 19, response: bool = True, dtype=torch.float64):
+    dims = CaptureDims(
+        futures=2, kv_heads=2, group=2, queries=queries, prompt=prompt,
+        response=queries if response else 0, head_dim=4, hidden=6,
+    )  # fmt: skip
+    return make_capture(dims, seed, dtype=dtype)
+
+
+def spans_capture(seed: int, dtype=torch.float64) -> LayerCapture:
+    """A capture whose queries see arbitrary key ranges (KVzip-like), given as ``visible_spans``."""
+    layer = capture(seed, dtype=dtype)
+    t, keys = layer.queries.shape[2], layer.prompt_length + layer.response_keys.shape[2]
+    gen = torch.Generator().manual_seed(seed)
+    lo = torch.randint(0, keys, (t, 3, 1), generator=gen)
+    hi = lo + torch.randint(0, keys, (t, 3, 1), generator=gen)
+    spans = torch.cat([lo, hi], dim=-1)
+    spans[:, 0] = torch.tensor([0, 1])  # every query sees key 0
+    return replace(layer, visible_spans=spans)
+
+
+def scores(name: str, q: str, h: str, layers: tuple[LayerCapture, ...], chunk: int, monkeypatch) -> torch.Tensor:
+    monkeypatch.setattr(scorer_base, "QUERY_CHUNK", chunk)
+    scorer = SCORERS.build({"name": name, "query_reduction": q, "head_reduction": h, "pool_kernel": 3})
+    return scorer.score(make_trajectories(layers))
+
+
+@pytest.mark.parametrize("name", SCORERS.names())
+@pytest.mark.parametrize("q,h", REDUCTIONS)
+@pytest.mark.parametrize("kind", ["future", "window", "spans"])
+@pytest.mark.parametrize("chunk", [1, 2, 4])
+def test_chunked_scores_equal_unchunked(name: str, q: str, h: str, kind: str, chunk: int, monkeypatch) -> None:
+    if kind == "spans":
+        layers = (spans_capture(1), spans_capture(2))
+    else:
+        layers = (capture(1, response=kind == "future"), capture(2, response=kind == "future"))
+    whole = scores(name, q, h, layers, 10**9, monkeypatch)
+    chunked = scores(name, q, h, layers, chunk, monkeypatch)
+    torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", SCORERS.names())
+def test_query_scores_never_sees_more_than_a_chunk(name: str, monkeypatch) -> None:
+    """The memory bound: every per-query tensor a scorer builds is (M, H, <= QUERY_CHUNK, n+R)."""
+    monkeypatch.setattr(scorer_base, "QUERY_CHUNK", 4)
+    scorer = SCORERS.build({"name": name})
+    seen: list[int] = []
+    original = scorer.query_scores
+
+    def spy(layer: LayerCapture) -> torch.Tensor:
+        seen.append(layer.queries.shape[2])
+        assert layer.visible().shape[0] == layer.queries.shape[2]
+        return original(layer)
+
+    monkeypatch.setattr(scorer, "query_scores", spy)
+    scorer.score(make_trajectories((capture(3, queries=10),)))
+    from lorekv.scorers.kv_head import KVHeadScorer
+
+    assert seen == ([] if isinstance(scorer, KVHeadScorer) else [4, 4, 2]), "per-KV-head scorers read no query"
+
+
+def test_mean_divides_by_every_query_including_those_that_cannot_see_the_token(monkeypatch) -> None:
+    """A query that cannot see token j gives it 0, and still counts in the mean's T (H2O's sum / n)."""
+    monkeypatch.setattr(scorer_base, "QUERY_CHUNK", 3)
+    layer = capture(4, queries=8, prompt=8, response=False)  # queries at positions 0..7: causal prompt
+    scorer = SCORERS.build({"name": "attention_mass"})
+    got = scorer.score(make_trajectories((layer,)))[:, 0]
+    weights = scorer.query_scores(layer)  # (M, H, T, n), 0 above the diagonal
+    expected = weights.sum(dim=2) / 8
+    expected = expected.view(2, 2, 2, 8).mean(dim=2)
+    torch.testing.assert_close(got, expected, rtol=1e-13, atol=0)
+    assert torch.all(weights[..., 0, 1:] == 0)
+
+
+@settings(deadline=None, max_examples=30)
+@given(seed=st.integers(0, 2**20))
+def test_visible_spans_equal_an_explicit_mask(seed: int) -> None:
+    layer = spans_capture(seed)
+    spans = layer.visible_spans
+    keys = layer.prompt_length + layer.response_keys.shape[2]
+    expected = torch.zeros(spans.shape[0], keys, dtype=torch.bool)
+    for t in range(spans.shape[0]):
+        for lo, hi in spans[t].tolist():
+            for j in range(max(lo, 0), min(hi, keys)):
+                expected[t, j] = True
+    assert torch.equal(layer.visible(), expected)
+    assert torch.equal(layer.query_slice(2, 5).visible(), expected[2:5])
+
+
+def test_causal_capture_slices_keep_causality() -> None:
+    layer = capture(5)
+    assert layer.visible_spans is None
+    assert torch.equal(layer.query_slice(3, 7).visible(), layer.visible()[3:7])
+
+
+def test_visible_spans_shape_is_checked() -> None:
+    layer = capture(6)
+    with pytest.raises(ValueError, match="visible_spans"):
+        replace(layer, visible_spans=torch.zeros(3, 1, 2, dtype=torch.long))
