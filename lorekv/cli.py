@@ -258,8 +258,9 @@ def presets(
     from lorekv.presets import PRESETS, preset
 
     if name is None:
+        width = max(map(len, PRESETS))
         for key, fn in PRESETS.items():
-            typer.echo(f"{key:<14} {(fn.__doc__ or '').strip().splitlines()[0]}")
+            typer.echo(f"{key:<{width}}  {(fn.__doc__ or '').strip().splitlines()[0]}")
         return
     typer.echo(preset(name, budget).to_yaml(), nl=False)
 

@@ -7,12 +7,31 @@ test) that records what the model's own ``eager_attention_forward`` receives and
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, eager_mask
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
 RECORD = "lorekv_test_record"
+
+
+@contextmanager
+def attention_function(model, name: str, function: Callable, mask: str = "eager") -> Iterator[None]:
+    """Run ``model`` with ``function`` registered as its attention under ``name`` (restored after).
+
+    ``mask`` picks the mask transformers builds for it: ``"eager"`` (additive) or ``"sdpa"`` (bool).
+    """
+    AttentionInterface.register(name, function)
+    AttentionMaskInterface.register(name, eager_mask if mask == "eager" else sdpa_mask)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(name)
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.set_attn_implementation(previous)
 
 
 def reference(model, ids: torch.Tensor) -> dict[int, dict[str, object]]:
@@ -28,13 +47,6 @@ def reference(model, ids: torch.Tensor) -> dict[int, dict[str, object]]:
         }  # fmt: skip
         return out, None
 
-    AttentionInterface.register(RECORD, recording)
-    AttentionMaskInterface.register(RECORD, eager_mask)
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(RECORD)
-    try:
-        with torch.no_grad():
-            model(ids, use_cache=False)
-    finally:
-        model.set_attn_implementation(previous)
+    with attention_function(model, RECORD, recording):
+        model(ids, use_cache=False)
     return records

@@ -15,11 +15,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from recording import reference
+from recording import attention_function, reference
 from test_presets import GROUP, MODES, as_candidates, attention_rows, kept, snapkv_scores, top
 from tiny_models import CharTokenizer, random_ids, tiny_llama
-from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from lorekv import Pipeline, preset
 from lorekv.hf import ModelRollout, evictable_layers, prepare
@@ -206,15 +204,8 @@ def masked_run(model, seq: torch.Tensor, n: int, keep: list[list[set[int]]]) -> 
         out = torch.softmax(logits, dim=-1) @ v  # (H, S, d)
         return out.transpose(0, 1).unsqueeze(0).to(query.dtype), None
 
-    AttentionInterface.register(MASKED, attention)
-    AttentionMaskInterface.register(MASKED, eager_mask)
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(MASKED)
-    try:
-        with torch.no_grad():
-            logits = model(seq, use_cache=False).logits[0]
-    finally:
-        model.set_attn_implementation(previous)
+    with attention_function(model, MASKED, attention):
+        logits = model(seq, use_cache=False).logits[0]
     return logits, queries
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from recording import attention_function
 from tiny_models import random_ids, tiny_gemma3, tiny_llama
-from transformers import AttentionInterface, DynamicCache
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers import DynamicCache
 
 from lorekv import Pipeline, decode
 
@@ -48,14 +48,10 @@ def masked_attention(module, query, key, value, attention_mask, scaling=None, dr
 
 def reference_logits(model, prompt: torch.Tensor, keep: dict[int, torch.Tensor], fed: list[torch.Tensor]) -> list:
     """Prefill ``prompt`` (1, c) unmasked, then feed each (1, q) chunk of ``fed`` with ``keep`` applied."""
-    AttentionInterface.register(REFERENCE, masked_attention)
-    AttentionMaskInterface.register(REFERENCE, sdpa_mask)
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(REFERENCE)
     cache = DynamicCache(config=model.config)
     out = []
     try:
-        with torch.no_grad():
+        with attention_function(model, REFERENCE, masked_attention, mask="sdpa"):
             KEEP.clear()
             model(prompt, cache=cache, use_cache=True)
             KEEP.update(keep)
@@ -63,7 +59,6 @@ def reference_logits(model, prompt: torch.Tensor, keep: dict[int, torch.Tensor],
                 out.append(model(chunk, cache=cache, use_cache=True).logits[0, -1].float())
     finally:
         KEEP.clear()
-        model.set_attn_implementation(previous)
     return out
 
 

@@ -14,7 +14,6 @@ saturated region has its own tests: dominant-token accuracy down to 1 - a_j = 1e
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -43,15 +42,6 @@ SETTINGS = settings(deadline=None, max_examples=50)
 EPS32 = torch.finfo(torch.float32).eps
 SCORER_NAMES = ["attention_mass", "loo", "projected_loo"]
 GUARD_MARGIN = 1e-3
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """The tensors here are tiny; intra-op threads only add contention (3x slower on 2 busy cores)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 # ---------------------------------------------------------------------------------------------

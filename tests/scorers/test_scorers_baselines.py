@@ -8,7 +8,6 @@ queries and keys, independently of :mod:`lorekv.scorers.attention`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -29,14 +28,6 @@ from lorekv.scorers import (
 from lorekv.trajectories import LayerCapture, Trajectories
 
 SETTINGS = settings(deadline=None, max_examples=40)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def one_layer(layer: LayerCapture) -> Trajectories:
