@@ -159,3 +159,12 @@ def test_killed_runs_lose_nothing_duplicate_nothing_and_leave_no_temporaries(tmp
     write_rows(path, rows)
     assert [r["seed"] for r in ResultsFile(path).records] == list(range(rows))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
+
+
+def test_the_new_file_is_flushed_to_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch) -> None:
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append("replace"), real_replace(a, b))[1])
+    ResultsFile(tmp_path / "r.jsonl").add({"id": "a"})
+    assert events[:2] == ["fsync", "replace"] and events.count("fsync") == 2, events  # the file, then its folder
