@@ -173,13 +173,16 @@ class Pipeline:
         *,
         query_aware: bool = True,
         tokenizer: PreTrainedTokenizerBase | None = None,
+        answer_tokens: int = 0,
     ) -> CompressedCache:
         """Prefill, sample futures, score, aggregate, select; return the compressed cache.
 
         ``tokenizer`` is handed to the sampler through the rollout; only samplers that feed
         text of their own need it (``kvzip``'s repeat instruction), the others ignore it.
+        ``answer_tokens``: positions the caller will feed after the prompt (question and
+        answer), checked with the futures against the model's context before any work.
         """
-        self.check_input(model, input_ids, query_aware=query_aware)
+        self.check_input(model, input_ids, query_aware=query_aware, extra=answer_tokens)
         check_supported(model)
         prepare(model)
         layers = evictable_layers(model)
@@ -247,6 +250,7 @@ class Pipeline:
         """
         check_int_at_least("max_new_tokens", max_new_tokens, 1)
         extra = max_new_tokens + (0 if question_ids is None else question_ids.shape[-1])
-        self.check_input(model, input_ids, query_aware=question_ids is None, extra=extra)
-        compressed = self.compress(model, input_ids, query_aware=question_ids is None, tokenizer=tokenizer)
+        compressed = self.compress(
+            model, input_ids, query_aware=question_ids is None, tokenizer=tokenizer, answer_tokens=extra
+        )
         return decode(model, compressed, question_ids, max_new_tokens, eos_token_id=eos_token_id, rule=rule)
