@@ -141,3 +141,20 @@ def test_last_prompt_query_leaves_the_prompt_window_alone(make) -> None:
     for layer, plain in zip(with_last.layers, without.layers, strict=True):
         assert layer.query_positions.tolist() == list(range(12, 16))
         assert torch.equal(layer.queries, plain.queries)
+
+
+@pytest.mark.parametrize("window", [1, 5])
+def test_prompt_window_token_stats_are_the_models_own(window: int) -> None:
+    """The window's log-probs and entropies are those of the model's own next-token distributions."""
+    model = tiny_llama(14, layers=2)
+    ids = random_ids(19, seed=25)
+    n = ids.shape[1]
+    futures = ModelRollout(prepare(model), ids, evictable_layers(model), prefill_window=window).prompt_window(window)
+    model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0].double(), dim=-1)  # (n, V): row i predicts token i + 1
+    rows = logp[n - window - 1 : n - 1]
+    expected_lp = rows.gather(-1, ids[0, n - window :].unsqueeze(-1)).squeeze(-1)
+    expected_entropy = -(rows.exp() * rows).sum(-1)
+    torch.testing.assert_close(futures.logprobs[0].double(), expected_lp, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(futures.entropies[0].double(), expected_entropy, rtol=1e-5, atol=1e-6)
