@@ -110,7 +110,9 @@ def _cache_problem(target: Path, key: str) -> str | None:
     weights = target / _WEIGHTS
     if not weights.exists():
         return "cached weights missing"
-    if meta.get("weights_sha256") != _file_sha256(weights):
+    if "weights_sha256" not in meta:
+        return "cache written without a checksum (by an older lorekv)"
+    if meta["weights_sha256"] != _file_sha256(weights):
         return "cached weights corrupted (checksum mismatch)"
     return None
 

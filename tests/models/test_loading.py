@@ -91,3 +91,19 @@ def test_temporaries_of_an_interrupted_first_load_are_removed(bundled) -> None:
     loading.load_bundled(model)
     assert not stale.exists()
     assert sorted(p.name for p in target.parent.iterdir()) == ["tiny"]
+
+
+def test_a_cache_without_a_checksum_is_rebuilt_once(bundled, caplog) -> None:
+    import json
+
+    model, calls, target = bundled
+    loading.load_bundled(model)
+    marker = target / "lorekv-cache.json"
+    meta = json.loads(marker.read_text())
+    del meta["weights_sha256"]
+    marker.write_text(json.dumps(meta))
+    with caplog.at_level(logging.WARNING, logger="lorekv"):
+        loading.load_bundled(model)
+    assert len(calls) == 2 and "without a checksum" in caplog.text
+    loading.load_bundled(model)
+    assert len(calls) == 2
