@@ -1,0 +1,567 @@
+"""The Markdown report of a grid run: accuracy tables with intervals, paired differences, cost.
+
+Input rows are the grid runner's result rows (one per sample and cell; see the module's
+``REQUIRED`` keys) and optionally its header records (run metadata). The report has one
+section per (model, mode, length); in each, per task and averaged over tasks (macro), a
+method x budget table of "mean [95% interval]" with sample counts, the paired differences of
+every method to a reference method on the samples both answered, the median compression time,
+and links to the figures (:mod:`lorekv.eval.figures`). How intervals are computed is in
+:mod:`lorekv.eval.stats`; why is in DESIGN.md section 6.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lorekv.eval.stats import PairedDifference, macro_interval, mean_interval, paired_difference
+
+FULL = "full"
+"""The method name and budget label of the full cache (nothing evicted); see ``runner.FULL``."""
+
+REQUIRED = (
+    "model", "mode", "length", "task", "index", "method", "budget_label", "budget", "score", "compression_seconds",
+)  # fmt: skip
+"""Row keys the report reads; other keys of the runner's rows are carried but not needed."""
+
+IDENTITY = ("model", "mode", "length", "task", "index", "method", "budget_label")
+"""Keys that identify a row: two rows with the same values are a duplicate (an error)."""
+
+Section = tuple[str, str, int]
+"""(model, mode, length): rows of one section are compared with each other, never across."""
+
+Cell = tuple[str, str]
+"""(method, budget_label): one cell of a method x budget table."""
+
+FigureLinks = Mapping[Section, Sequence[tuple[str, str]]]
+"""Per section, (caption, relative path) of each figure written for it."""
+
+
+# --- keep maps -----------------------------------------------------------------------------
+
+
+def encode_keep_map(mask: Any, layers: Sequence[int]) -> dict[str, Any]:
+    """The ``keep_map`` field of a result row for a boolean mask (L, H, n); True = kept.
+
+    ``bits`` is base64 of ``numpy.packbits`` of the mask flattened in C order: 1 bit per entry,
+    so a 24-layer, 8-head, 32k-token map is 786 KB raw, ~1 MB as text. ``layers`` names the
+    model layer of each of the L rows (layers without a cache, or not compressed, may be absent).
+    """
+    array = np.asarray(mask)
+    if array.ndim != 3:
+        raise ValueError(f"mask must have shape (layers, heads, positions), got shape {array.shape}")
+    if array.dtype != np.bool_:
+        raise ValueError(f"mask must be boolean, got dtype {array.dtype}")
+    layers = [int(layer) for layer in layers]
+    if len(layers) != array.shape[0]:
+        raise ValueError(f"layers must name each of the mask's {array.shape[0]} layers, got {len(layers)}")
+    bits = base64.b64encode(np.packbits(array.ravel(order="C")).tobytes()).decode("ascii")
+    return {"layers": layers, "shape": [int(s) for s in array.shape], "bits": bits}
+
+
+def decode_keep_map(field: Mapping[str, Any]) -> tuple[list[int], np.ndarray]:
+    """(layers, mask (L, H, n) bool) of a row's ``keep_map`` field: the inverse of :func:`encode_keep_map`."""
+    try:
+        layers, shape, bits = list(field["layers"]), [int(s) for s in field["shape"]], field["bits"]
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"keep_map must hold layers, shape and bits, got {field!r:.200}") from error
+    if len(shape) != 3 or len(layers) != shape[0]:
+        raise ValueError(
+            f"keep_map: shape must be [L, H, n] with L = len(layers), got {shape} for {len(layers)} layers"
+        )
+    packed = np.frombuffer(base64.b64decode(bits), dtype=np.uint8)
+    count = math.prod(shape)
+    if packed.size != (count + 7) // 8:
+        raise ValueError(f"keep_map: bits hold {packed.size} bytes, shape {shape} needs {(count + 7) // 8}")
+    mask = np.unpackbits(packed)[:count].reshape(shape).astype(bool)
+    return layers, mask
+
+
+# --- rows ----------------------------------------------------------------------------------
+
+
+def split_records(records: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows, headers) of a results stream that mixes ``{"type": "row"}`` and ``{"type": "header"}``.
+
+    Records without a type are rows; other types are ignored.
+    """
+    rows, headers = [], []
+    for record in records:
+        kind = record.get("type", "row")
+        if kind == "row":
+            rows.append(dict(record))
+        elif kind == "header":
+            headers.append(dict(record))
+    return rows, headers
+
+
+def _row_name(row: Mapping[str, Any], position: int) -> str:
+    return f"row {position} (id {row.get('id', '?')!r})"
+
+
+def check_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rows as a list, checked: required keys present, scores in [0, 1], the full cache
+    labeled as such, and no two rows with the same :data:`IDENTITY` (a duplicate would count one
+    sample twice, and usually means two runs were concatenated)."""
+    out: list[dict[str, Any]] = []
+    seen: dict[tuple[Any, ...], int] = {}
+    for position, row in enumerate(rows):
+        if row.get("type", "row") != "row":
+            continue
+        missing = [key for key in REQUIRED if key not in row]
+        if missing:
+            raise ValueError(f"rows: {_row_name(row, position)} lacks {missing}")
+        score = row["score"]
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 1:
+            raise ValueError(f"rows: {_row_name(row, position)} has score {score!r}; scores lie in [0, 1]")
+        if (row["method"] == FULL) != (row["budget_label"] == FULL):
+            raise ValueError(
+                f"rows: {_row_name(row, position)} has method {row['method']!r} with budget_label "
+                f"{row['budget_label']!r}; the full cache is method {FULL!r} with budget_label {FULL!r}, and only it"
+            )
+        key = tuple(row[k] for k in IDENTITY)
+        if key in seen:
+            shown = ", ".join(f"{k}={v!r}" for k, v in zip(IDENTITY, key, strict=True))
+            raise ValueError(f"rows: duplicate ({shown}) at rows {seen[key]} and {position}")
+        seen[key] = position
+        out.append(dict(row))
+    return out
+
+
+def _first_appearance(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def sections(rows: Sequence[Mapping[str, Any]]) -> dict[Section, list[Mapping[str, Any]]]:
+    """Rows grouped by (model, mode, length), sections sorted by model, mode and length."""
+    grouped: dict[Section, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault((str(row["model"]), str(row["mode"]), int(row["length"])), []).append(row)
+    return dict(sorted(grouped.items()))
+
+
+def section_slug(section: Section) -> str:
+    """A file-name-safe name of a section, e.g. ``SmolLM2-360M-query_aware-4096``."""
+    model, mode, length = section
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{model}-{mode}-{length}").strip("-")
+
+
+def methods_of(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Method names in order of first appearance."""
+    return _first_appearance(str(r["method"]) for r in rows)
+
+
+def budget_value(rows: Sequence[Mapping[str, Any]], label: str) -> float:
+    """The numeric budget of ``label``: B itself, or for a ratio label the median of the
+    per-sample budgets it gave (prompts differ in length, so a ratio is not one B)."""
+    budgets = [r["budget"] for r in rows if r["budget_label"] == label and r["budget"] is not None]
+    if not budgets:
+        raise ValueError(f"budget_label {label!r} has no numeric budget in these rows")
+    return float(statistics.median(budgets))
+
+
+def budget_labels(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Budget columns, full cache excluded: fixed budgets (B=...) by B, then ratios by ratio."""
+
+    def order(label: str) -> tuple[int, float]:
+        ratios = [r["ratio"] for r in rows if r["budget_label"] == label and r.get("ratio") is not None]
+        return (1, float(ratios[0])) if ratios else (0, budget_value(rows, label))
+
+    labels = {str(r["budget_label"]) for r in rows} - {FULL}
+    return sorted(labels, key=order)
+
+
+def cell_label(method: str, label: str) -> str:
+    """The budget label a method's rows carry in column ``label``: the full cache has one."""
+    return FULL if method == FULL else label
+
+
+def scores_by_task(rows: Sequence[Mapping[str, Any]], method: str, label: str) -> dict[str, dict[int, float]]:
+    """task -> sample index -> score of one cell, tasks sorted by name."""
+    wanted = cell_label(method, label)
+    out: dict[str, dict[int, float]] = {}
+    for row in rows:
+        if row["method"] == method and row["budget_label"] == wanted:
+            out.setdefault(str(row["task"]), {})[int(row["index"])] = float(row["score"])
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class CellStats:
+    """Mean score of a cell with its 95% interval, over ``n`` samples of ``tasks`` tasks."""
+
+    mean: float
+    lo: float
+    hi: float
+    n: int
+    tasks: int
+
+
+def task_cell(scores: Mapping[int, float], *, seed: int, resamples: int) -> CellStats:
+    mean, lo, hi = mean_interval(list(scores.values()), seed=seed, resamples=resamples)
+    return CellStats(mean, lo, hi, len(scores), 1)
+
+
+def macro_cell(by_task: Mapping[str, Mapping[int, float]], *, seed: int, resamples: int) -> CellStats:
+    mean, lo, hi = macro_interval({t: list(s.values()) for t, s in by_task.items()}, seed=seed, resamples=resamples)
+    return CellStats(mean, lo, hi, sum(len(s) for s in by_task.values()), len(by_task))
+
+
+def macro_cells(rows: Sequence[Mapping[str, Any]], *, seed: int = 0, resamples: int = 10_000) -> dict[Cell, CellStats]:
+    """Macro accuracy of every (method, budget_label) cell of one section that has rows."""
+    out: dict[Cell, CellStats] = {}
+    labels = budget_labels(rows)
+    for method in methods_of(rows):
+        for label in [FULL] if method == FULL else labels:
+            by_task = scores_by_task(rows, method, label)
+            if by_task:
+                out[(method, label)] = macro_cell(by_task, seed=seed, resamples=resamples)
+    return out
+
+
+def median_seconds(rows: Sequence[Mapping[str, Any]]) -> dict[Cell, float]:
+    """Median ``compression_seconds`` of every (method, budget_label) cell of one section."""
+    values: dict[Cell, list[float]] = {}
+    for row in rows:
+        values.setdefault((str(row["method"]), str(row["budget_label"])), []).append(float(row["compression_seconds"]))
+    return {cell: float(statistics.median(v)) for cell, v in values.items()}
+
+
+# --- formatting ----------------------------------------------------------------------------
+
+MISSING = "—"
+"""A table cell with no rows."""
+
+
+def fmt_interval(mean: float, lo: float, hi: float) -> str:
+    """``0.70 [0.40, 0.89]``: two decimals, enough for n up to a few hundred."""
+    return f"{mean:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def fmt_difference(diff: PairedDifference) -> str:
+    """``+0.10 [-0.05, +0.25] 3/1/6``: mean difference, interval, wins/losses/ties; ``*`` marks
+    an interval that excludes 0."""
+    mark = " *" if diff.significant else ""
+    return f"{diff.mean:+.2f} [{diff.lo:+.2f}, {diff.hi:+.2f}]{mark} {diff.wins}/{diff.losses}/{diff.ties}"
+
+
+def fmt_seconds(seconds: float) -> str:
+    """Three significant digits, trailing zeros kept: ``1.00 s``, ``0.0123 s``, ``123 s``."""
+    return f"{seconds:.0f} s" if seconds >= 100 else f"{seconds:#.3g} s"
+
+
+def md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
+    """A Markdown table (first column left-aligned, the others right-aligned)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    return lines
+
+
+def _method_name(method: str) -> str:
+    return f"`{method}` (full cache)" if method == FULL else f"`{method}`"
+
+
+def _tasks_text(tasks: int, what: str) -> str:
+    """``, 2 tasks`` in macro tables (a macro mean over fewer tasks is not comparable), else nothing."""
+    return "" if what == "task" else f", {tasks} task{'s' if tasks != 1 else ''}"
+
+
+def stats_table(
+    methods: Sequence[str], columns: Sequence[str], cells: Mapping[Cell, CellStats], *, what: str
+) -> tuple[str, list[str]]:
+    """(count line, table lines) of a method x budget table of ``cells``; methods without cells are left out.
+
+    The most common sample count (and task count) is stated once in the count line; a cell
+    with another count carries its own ``(n=..)``, so every number has its count in sight.
+    """
+    methods = [m for m in methods if any((m, cell_label(m, c)) in cells for c in columns)]
+    present = [cells[(m, cell_label(m, c))] for m in methods for c in columns if (m, cell_label(m, c)) in cells]
+    common = Counter((s.n, s.tasks) for s in present).most_common(1)[0][0]
+    body = []
+    for method in methods:
+        row = [_method_name(method)]
+        for column in columns:
+            stats = cells.get((method, cell_label(method, column)))
+            if stats is None:
+                row.append(MISSING)
+                continue
+            suffix = "" if (stats.n, stats.tasks) == common else f" (n={stats.n}{_tasks_text(stats.tasks, what)})"
+            row.append(fmt_interval(stats.mean, stats.lo, stats.hi) + suffix)
+        body.append(row)
+    line = f"n = {common[0]} samples{_tasks_text(common[1], what)} per cell"
+    if len({(s.n, s.tasks) for s in present}) > 1:
+        line += " unless the cell states its own"
+    return line, md_table(["method", *columns], body)
+
+
+# --- report parts --------------------------------------------------------------------------
+
+HEADER_KEYS = ("lorekv", "commit", "packages", "machine", "threads", "device", "dtype", "started")
+
+
+def _fmt_mapping(mapping: Any) -> str:
+    if isinstance(mapping, Mapping):
+        return ", ".join(f"{k} {v}" for k, v in mapping.items()) or MISSING
+    return str(mapping)
+
+
+def run_summary(headers: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The machine, versions and commit of each distinct header, tolerant of missing keys."""
+    distinct: list[dict[str, Any]] = []
+    for header in headers:
+        summary = {k: header[k] for k in HEADER_KEYS if k in header}
+        if summary and summary not in distinct:
+            distinct.append(summary)
+    if not distinct:
+        return ["Run metadata: none given (no header records).", ""]
+    lines = []
+    for number, summary in enumerate(distinct, start=1):
+        title = "Run" if len(distinct) == 1 else f"Run {number}"
+        lines.append(f"**{title}**" + (f" started {summary['started']}" if "started" in summary else ""))
+        version = " ".join(
+            part
+            for part in (
+                f"lorekv {summary['lorekv']}" if "lorekv" in summary else "",
+                f"(commit `{summary['commit']}`)" if "commit" in summary else "",
+            )
+            if part
+        )
+        if version:
+            lines.append(f"- {version}")
+        if "packages" in summary:
+            lines.append(f"- packages: {_fmt_mapping(summary['packages'])}")
+        if "machine" in summary:
+            lines.append(f"- machine: {_fmt_mapping(summary['machine'])}")
+        setup = [f"{k} {summary[k]}" for k in ("device", "dtype", "threads") if k in summary]
+        if setup:
+            lines.append("- " + ", ".join(setup))
+        lines.append("")
+    return lines
+
+
+def per_task_tables(rows: Sequence[Mapping[str, Any]], *, seed: int, resamples: int) -> list[str]:
+    methods, columns = methods_of(rows), budget_labels(rows) or [FULL]
+    lines = ["### Accuracy per task", ""]
+    for task in sorted({str(r["task"]) for r in rows}):
+        task_rows = [r for r in rows if r["task"] == task]
+        cells: dict[Cell, CellStats] = {}
+        for method in methods:
+            for column in columns:
+                scores = scores_by_task(task_rows, method, column).get(task)
+                if scores:
+                    cells[(method, cell_label(method, column))] = task_cell(scores, seed=seed, resamples=resamples)
+        count, table = stats_table(methods, columns, cells, what="task")
+        lines += [f"**{task}** ({count})", "", *table, ""]
+    return lines
+
+
+def macro_table(rows: Sequence[Mapping[str, Any]], *, seed: int, resamples: int) -> list[str]:
+    methods, columns = methods_of(rows), budget_labels(rows) or [FULL]
+    cells = macro_cells(rows, seed=seed, resamples=resamples)
+    count, table = stats_table(methods, columns, cells, what="macro")
+    return [
+        "### Averaged over tasks (macro)",
+        "",
+        f"Mean over tasks of each task's mean, so every task weighs the same; interval: bootstrap stratified "
+        f"by task; {count}.",
+        "",
+        *table,
+        "",
+    ]
+
+
+def paired_table(rows: Sequence[Mapping[str, Any]], reference: str, *, seed: int, resamples: int) -> list[str]:
+    """Differences of every method to ``reference``, pooled over the section's paired samples."""
+    head = [f"### Paired differences to `{reference}`", ""]
+    if reference not in methods_of(rows):
+        return head + [f"The reference `{reference}` has no rows in this section.", ""]
+    methods = [m for m in methods_of(rows) if m != reference]
+    columns = budget_labels(rows) or [FULL]
+    if not methods:
+        return head + ["No other method to compare.", ""]
+    body = []
+    for method in methods:
+        cells = [_method_name(method)]
+        for column in columns:
+            mine = scores_by_task(rows, method, column)
+            theirs = scores_by_task(rows, reference, column)
+            pairs = [
+                (s, theirs[t][i]) for t, by_index in mine.items() for i, s in by_index.items() if i in theirs.get(t, {})
+            ]
+            if not pairs:
+                cells.append(MISSING)
+                continue
+            a, b = zip(*pairs, strict=True)
+            diff = paired_difference(a, b, seed=seed, resamples=resamples)
+            cells.append(f"{fmt_difference(diff)} (n={diff.n})")
+        body.append(cells)
+    return head + [
+        f"Method minus `{reference}` on the samples both answered (matched by task and sample index; "
+        "the full cache pairs with every budget), pooled over tasks: mean difference, 95% paired bootstrap "
+        "interval (`*`: excludes 0; an interval that covers 0 is not a finding), then wins/losses/ties.",
+        "",
+        *md_table(["method", *columns], body),
+        "",
+    ]
+
+
+def time_table(rows: Sequence[Mapping[str, Any]], reference: str) -> list[str]:
+    methods, columns = methods_of(rows), budget_labels(rows) or [FULL]
+    medians = median_seconds(rows)
+    body = []
+    for method in methods:
+        cells = [_method_name(method)]
+        for column in columns:
+            mine = medians.get((method, cell_label(method, column)))
+            theirs = medians.get((reference, cell_label(reference, column)))
+            if mine is None:
+                cells.append(MISSING)
+            elif theirs is None or theirs <= 0:
+                cells.append(fmt_seconds(mine))
+            else:
+                cells.append(f"{fmt_seconds(mine)} ({mine / theirs:.2f}x)")
+        body.append(cells)
+    return [
+        "### Compression time",
+        "",
+        f"Median `compression_seconds` (prefill + sampling + scoring + selection) over the samples of this run, "
+        f"and its ratio to `{reference}`'s median at the same budget. Work shared between cells (one prefill for "
+        "several methods) is attributed in full to every cell that uses it, as a standalone run would pay it.",
+        "",
+        *md_table(["method", *columns], body),
+        "",
+    ]
+
+
+def figure_lines(links: Sequence[tuple[str, str]]) -> list[str]:
+    lines = ["### Figures", ""]
+    if not links:
+        return lines + ["No figures were written for this section.", ""]
+    for caption, path in links:
+        lines += [f"![{caption}]({path})", ""]
+    return lines
+
+
+def default_reference(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The first method in the rows that is not the full cache, or the full cache if it is all."""
+    methods = methods_of(rows)
+    return next((m for m in methods if m != FULL), methods[0] if methods else None)
+
+
+def build_report(
+    rows: Iterable[Mapping[str, Any]],
+    headers: Iterable[Mapping[str, Any]] = (),
+    *,
+    reference: str | None = None,
+    title: str = "lorekv evaluation",
+    figures: FigureLinks | None = None,
+    seed: int = 0,
+    resamples: int = 10_000,
+) -> str:
+    """The Markdown report of result ``rows`` (header records among them are used as headers).
+
+    ``reference``: the method every other is compared with (paired differences and time
+    ratios); default the first non-full method. ``figures``: links to show per section (see
+    :func:`write_report`). ``seed`` and ``resamples`` drive every bootstrap, so a report is
+    reproducible.
+    """
+    rows_in, more_headers = split_records(rows)
+    checked = check_rows(rows_in)
+    if not checked:
+        raise ValueError("rows: no result rows to report")
+    reference = resolve_reference(checked, reference)
+    all_headers = [*headers, *more_headers]
+    lines = [f"# {title}", "", *run_summary(all_headers)]
+    lines += [
+        f"{len(checked)} result rows; reference method `{reference}`"
+        + (" (the first method that is not the full cache)." if reference == default_reference(checked) else "."),
+        "Every accuracy is a mean score with its sample count and a 95% interval: Wilson when all scores are 0 or 1, "
+        f"else a percentile bootstrap ({resamples:,} resamples, seed {seed}). "
+        f"`{FULL}` is the full cache (nothing evicted): it does not depend on the budget, so its one result per "
+        "sample is repeated in every budget column.",
+        "",
+    ]
+    for section, section_rows in sections(checked).items():
+        model, mode, length = section
+        lines += [f"## {model} · {mode} · {length} tokens", ""]
+        lines += per_task_tables(section_rows, seed=seed, resamples=resamples)
+        lines += macro_table(section_rows, seed=seed, resamples=resamples)
+        lines += paired_table(section_rows, reference, seed=seed, resamples=resamples)
+        lines += time_table(section_rows, reference)
+        lines += figure_lines(list((figures or {}).get(section, ())))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def resolve_reference(rows: Sequence[Mapping[str, Any]], reference: str | None) -> str:
+    """``reference`` checked against the rows' methods, or the default when None."""
+    methods = methods_of(rows)
+    if reference is None:
+        chosen = default_reference(rows)
+        assert chosen is not None  # rows are non-empty
+        return chosen
+    if reference not in methods:
+        raise ValueError(f"reference: method {reference!r} has no rows; methods present: {', '.join(methods)}")
+    return reference
+
+
+def write_report(
+    rows: Iterable[Mapping[str, Any]],
+    headers: Iterable[Mapping[str, Any]],
+    out_dir: str | Path,
+    *,
+    reference: str | None = None,
+    figures: bool = True,
+    seed: int = 0,
+    resamples: int = 10_000,
+) -> Path:
+    """Write ``report.md`` and (``figures``) ``figures/*.png`` under ``out_dir``; return the report's path.
+
+    Rows are checked before anything is written. Figure links are relative to the report, so
+    the folder can be moved as a whole.
+    """
+    rows_in, more_headers = split_records(rows)
+    checked = check_rows(rows_in)
+    if not checked:
+        raise ValueError("rows: no result rows to report")
+    resolve_reference(checked, reference)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    links: dict[Section, list[tuple[str, str]]] = {}
+    if figures:
+        from lorekv.eval.figures import section_figures  # matplotlib only when figures are wanted
+
+        for section, section_rows in sections(checked).items():
+            written = section_figures(
+                section_rows, out / "figures", section_slug(section), seed=seed, resamples=resamples
+            )
+            links[section] = [(caption, path.relative_to(out).as_posix()) for caption, path in written]
+    text = build_report(
+        checked, [*headers, *more_headers], reference=reference, figures=links, seed=seed, resamples=resamples
+    )
+    path = out / "report.md"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+__all__ = [
+    "FULL",
+    "CellStats",
+    "build_report",
+    "check_rows",
+    "decode_keep_map",
+    "encode_keep_map",
+    "macro_cells",
+    "median_seconds",
+    "sections",
+    "split_records",
+    "write_report",
+]
