@@ -236,6 +236,78 @@ def needle(
         )
 
 
+@app.command(name="eval")
+@_guarded
+def eval_(
+    targets: Annotated[
+        list[str], typer.Argument(help="GRID.yaml to run it; or `merge SHARD.jsonl...` to join shard files.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Results JSONL (default results/<grid>.jsonl; merged file for `merge`). Rerunning resumes."),
+    ] = None,
+    shard: Annotated[
+        str | None, typer.Option(help="Run shard i/N (0 <= i < N); default RANK/WORLD_SIZE when set, else all.")
+    ] = None,
+    threads: Annotated[int | None, typer.Option(help="torch threads (default: torch's own choice).")] = None,
+    allow_missing: Annotated[bool, typer.Option(help="merge: accept shards that have not finished.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar with an ETA.")] = True,
+) -> None:
+    """Run an evaluation grid (resumable, shardable), or merge its shards."""
+    if targets[0] == "merge":
+        from lorekv.eval.harness import merge
+
+        if out is None:
+            raise ValueError("out: merge needs --out, the merged results file")
+        count, missing = merge(out, targets[1:], allow_missing=allow_missing)
+        typer.echo(
+            f"{out}: {count} rows from {len(targets) - 1} shards"
+            + (f", {len(missing)} cells missing" if missing else "")
+        )
+        return
+    if len(targets) != 1:
+        raise ValueError(f"expected one grid file (or `merge SHARD...`), got {targets}")
+    from lorekv.eval.grid import GridConfig
+    from lorekv.eval.harness import parse_shard, run_grid
+
+    grid_path = Path(targets[0])
+    grid = GridConfig.from_file(grid_path)
+    parts = parse_shard(shard)
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        import torch
+
+        torch.set_num_threads(threads)
+    target = out or Path("results") / f"{grid_path.stem}.jsonl"
+    path = run_grid(grid, target, shard=parts, base=grid_path.parent, progress=progress)
+    typer.echo(f"{path}: done")
+
+
+@app.command()
+@_guarded
+def report(
+    results: Annotated[list[Path], typer.Argument(help="Results JSONL files (a merged grid, or several).")],
+    out: Annotated[Path, typer.Option(help="Folder for report.md and figures/.")] = Path("report"),
+    reference: Annotated[
+        str | None, typer.Option(help="Method the paired differences are taken against (default: first method).")
+    ] = None,
+    baseline: Annotated[
+        str | None, typer.Option(help="Method the ablation groups vary (default: lore_kv when present).")
+    ] = None,
+    figures: Annotated[bool, typer.Option(help="Draw the matplotlib figures.")] = True,
+) -> None:
+    """Write the Markdown report (tables with 95% intervals, paired differences) and figures."""
+    from lorekv.eval.harness import read_results
+    from lorekv.eval.report import write_report
+
+    rows, headers = read_results(results)
+    if not rows:
+        raise ValueError(f"results: no rows in {', '.join(map(str, results))}")
+    path = write_report(rows, headers, out, reference=reference, baseline=baseline, figures=figures)
+    typer.echo(str(path))
+
+
 @app.command()
 def components() -> None:
     """List every registered component by family."""

@@ -50,6 +50,7 @@ from lorekv.samplers.base import SAMPLERS, Sampler
 from lorekv.scorers.base import SCORERS, Scorer
 from lorekv.scores import Scores
 from lorekv.token_rules import TokenRule
+from lorekv.trajectories import Trajectories
 from lorekv.validation import check_int_at_least, describe
 
 if TYPE_CHECKING:
@@ -103,13 +104,21 @@ class PipelineConfig(BaseModel):
         Each path is ``<part>.<field>`` with part one of sampler, scorer, aggregator, policy;
         the result is validated like any config, so an unknown field or a bad value is an
         error naming it. ``"<part>.name"`` switches the part's component (its other fields
-        must then exist on the new one).
+        must then exist on the new one); a bare ``"<part>"`` with a mapping replaces the whole
+        part, e.g. ``{"sampler": {"name": "prompt_window", "window": 8}}``.
         """
         data = self.model_dump()
         for path, value in changes.items():
-            part, _, field = path.partition(".")
+            part, dot, field = path.partition(".")
+            if part in FAMILIES and not dot:
+                if not isinstance(value, Mapping):
+                    raise ValueError(f"override {path!r}: replacing a whole part needs a mapping, got {value!r}")
+                data[part] = dict(value)
+                continue
             if part not in FAMILIES or not field or "." in field:
-                raise ValueError(f"override {path!r}: expected <part>.<field> with part one of {', '.join(FAMILIES)}")
+                raise ValueError(
+                    f"override {path!r}: expected <part>.<field> or <part> with part one of {', '.join(FAMILIES)}"
+                )
             data[part][field] = value
         return PipelineConfig.model_validate(data)
 
@@ -183,43 +192,71 @@ class Pipeline:
         answer), checked with the futures against the model's context before any work.
         """
         self.check_input(model, input_ids, query_aware=query_aware, extra=answer_tokens)
-        check_supported(model)
-        prepare(model)
-        layers = evictable_layers(model)
         seconds: dict[str, float] = {}
-        n = input_ids.shape[1]
-        candidates = n - 1 if query_aware else n
-
         start = time.perf_counter()
-        rollout = ModelRollout(
-            model,
-            input_ids,
-            layers,
-            prefill_window=self.sampler.prefill_window,
-            tokenizer=tokenizer,
-            candidates=candidates,
-        )
+        rollout = self.prefill(model, input_ids, query_aware=query_aware, tokenizer=tokenizer)
         seconds["prefill"] = time.perf_counter() - start
-
         start = time.perf_counter()
         trajectories = self.sampler.futures(rollout)
         seconds["sampling"] = time.perf_counter() - start
-
         start = time.perf_counter()
-        per_future = self.scorer.score(trajectories)[..., :candidates]
-        combined, weights = self.aggregator.aggregate(per_future, trajectories.logprobs, trajectories.entropies)
+        scores, weights = self.score(trajectories, rollout.candidates)
         seconds["scoring"] = time.perf_counter() - start
+        return self.select(rollout, scores, weights, seconds=seconds)
 
+    def prefill(
+        self,
+        model: PreTrainedModel,
+        input_ids: torch.Tensor,
+        *,
+        query_aware: bool = True,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+    ) -> ModelRollout:
+        """The first phase of :meth:`compress`: the prompt prefilled, capturing what the sampler needs.
+
+        The candidates are the first n - 1 prompt tokens query-aware, all n otherwise.
+        Call :meth:`check_input` first; the phases check nothing themselves.
+        """
+        check_supported(model)
+        prepare(model)
+        n = input_ids.shape[1]
+        return ModelRollout(
+            model,
+            input_ids,
+            evictable_layers(model),
+            prefill_window=self.sampler.prefill_window,
+            tokenizer=tokenizer,
+            candidates=n - 1 if query_aware else n,
+        )
+
+    def score(self, trajectories: Trajectories, candidates: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(L, H, candidates) the aggregated scores of the first ``candidates`` prompt tokens, and
+        (M,) the futures' weights: the scorer's per-future scores combined by the aggregator."""
+        per_future = self.scorer.score(trajectories)[..., :candidates]
+        return self.aggregator.aggregate(per_future, trajectories.logprobs, trajectories.entropies)
+
+    def select(
+        self,
+        rollout: ModelRollout,
+        scores: torch.Tensor,
+        weights: torch.Tensor,
+        *,
+        seconds: dict[str, float] | None = None,
+    ) -> CompressedCache:
+        """The last phase of :meth:`compress`: the policy's selection of ``scores`` (L, H, c),
+        gathered from the rollout's cache. ``seconds`` (the earlier phases' times) go into the stats."""
         start = time.perf_counter()
-        selection = self.policy.select(Scores(combined, tuple(layers), tail=n - candidates))
+        n, candidates = rollout.prompt_length, rollout.candidates
+        layers = tuple(sorted(rollout.evict_layers))
+        selection = self.policy.select(Scores(scores, layers, tail=n - candidates))
+        query_aware = candidates < n
         source = rollout.head_cache if query_aware else rollout.cache
         cache = gather(source, selection, limit=candidates)
-        seconds["selection"] = time.perf_counter() - start
-
+        seconds = {**(seconds or {}), "selection": time.perf_counter() - start}
         stats = CompressionStats(
             prompt_tokens=n,
             candidate_tokens=candidates,
-            layer_indices=tuple(layers),
+            layer_indices=layers,
             kept=tuple(tuple(int(c) for c in row) for row in selection.counts().tolist()),
             bytes_before=rollout.cache.allocated_bytes(),
             bytes_after=cache.allocated_bytes(),
@@ -227,7 +264,7 @@ class Pipeline:
             seconds=seconds,
             future_weights=tuple(weights.tolist()),
         )
-        pending = input_ids[:, n - 1 :] if query_aware else input_ids[:, :0]
+        pending = rollout.prompt_ids[:, candidates:]
         return CompressedCache(cache, candidates, pending, selection, stats)
 
     @torch.no_grad()

@@ -85,3 +85,49 @@ def test_bad_files_fail_before_the_model_loads(no_model, tmp_path) -> None:
 def test_presets_list_every_method() -> None:
     code, output = run("presets")
     assert code == 0 and len(output.strip().splitlines()) >= 10
+
+
+def test_eval_and_report_refuse_bad_input_before_any_work(no_model, tmp_path) -> None:
+    grid = tmp_path / "g.yaml"
+    grid.write_text("methods: [lore_kv]\nbudgets: [16]\ntasks: [niah_single]\nlengths: [512]\nsamples: 0\n")
+    cases = [
+        (["eval", str(tmp_path / "nope.yaml")], "nope.yaml: no such grid file"),
+        (["eval", str(grid)], r"g.yaml: samples.*greater than or equal to 1"),
+        (["eval", str(grid), str(grid)], "expected one grid file"),
+        (["eval", "merge", str(grid)], "merge needs --out"),
+        (["eval", "merge", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "m.jsonl")], "a.jsonl: no such file"),
+        (["report", str(tmp_path / "empty.jsonl")], "no rows"),
+    ]
+    (tmp_path / "empty.jsonl").write_text("")
+    grid_ok = tmp_path / "ok.yaml"
+    grid_ok.write_text(grid.read_text().replace("samples: 0", "samples: 1"))
+    cases += [
+        (["eval", str(grid_ok), "--shard", "2/2"], "shard must be i/N"),
+        (["eval", str(grid_ok), "--threads", "0"], "threads"),
+    ]
+    for args, match in cases:
+        code, output = run(*args)
+        assert code == 2 and pytest.importorskip("re").search(match, output), (args, output)
+        assert output.count("\n") == 1, output
+
+
+def test_report_writes_tables_and_figures_from_a_results_file(tmp_path) -> None:
+    from tiny_models import tiny_llama, word_tokenizer
+
+    from lorekv.eval import GridConfig, run_grid
+
+    grid = GridConfig.model_validate({
+        "models": ["tiny"],
+        "methods": ["full", "lore_kv", {"name": "snapkv", "preset": "snapkv", "options": {"window": 4}}],
+        "budgets": [8, 16], "tasks": ["niah_single"], "lengths": [300], "samples": 2,
+    })  # fmt: skip
+    path = run_grid(
+        grid, tmp_path / "r.jsonl", loader=lambda name, g: (tiny_llama().float(), word_tokenizer()), progress=False
+    )
+    code, output = run("report", str(path), "--out", str(tmp_path / "report"), "--reference", "snapkv")
+    assert code == 0, output
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "Paired differences to `snapkv`" in text and "| `lore_kv` |" in text
+    figures = sorted(p.name for p in (tmp_path / "report" / "figures").iterdir())
+    assert figures and all((tmp_path / "report" / "figures" / f).stat().st_size > 1000 for f in figures)
+    assert any("keep" in f for f in figures) and any("budget" in f for f in figures)

@@ -55,3 +55,19 @@ def test_last_prompt_query_option_round_trips(name: str, tmp_path: Path) -> None
     round_trips(config, tmp_path)
     assert Pipeline.from_config(config).sampler.config.include_last_prompt_query is True
     assert preset(name, 40).sampler.include_last_prompt_query is False
+
+
+GRIDS = sorted((ROOT / "benchmarks" / "grids").glob("*.yaml"))
+
+
+def test_benchmark_grids_exist() -> None:
+    assert len(GRIDS) >= 4, GRIDS
+
+
+@pytest.mark.parametrize("path", GRIDS, ids=lambda p: p.name)
+def test_every_shipped_grid_parses_and_builds_every_cell(path: Path) -> None:
+    from lorekv.eval import GridConfig
+
+    grid = GridConfig.from_file(path)  # builds every method at every budget
+    assert grid.name == path.stem
+    assert GridConfig.model_validate(grid.model_dump(mode="json")) == grid

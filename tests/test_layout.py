@@ -40,6 +40,8 @@ def layer_of(module: str) -> str:
         return "contracts"
     if top in FAMILIES:
         return "families"
+    if top == "__main__":  # ``python -m lorekv``: the command line's entry point
+        return "cli"
     return top
 
 

@@ -59,3 +59,14 @@ class CharTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         assert add_special_tokens is False, "samplers tokenize their own text without special tokens"
         return [ord(c) % VOCAB for c in text]
+
+
+def word_tokenizer():
+    """A word-level fast tokenizer over the tiny models' vocabulary: w0 .. w58, <unk>, <eos>."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(VOCAB - 2)} | {"<unk>": VOCAB - 2, "<eos>": VOCAB - 1}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>")

@@ -135,11 +135,17 @@ def accuracy_vs_budget(
 
 
 def ablation_bars(
-    rows: Sequence[Mapping[str, Any]], path: str | Path, *, seed: int = 0, resamples: int = 10_000
+    rows: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    *,
+    baseline: str | None = None,
+    seed: int = 0,
+    resamples: int = 10_000,
 ) -> Path | None:
     """One panel per ablation group: macro accuracy of each of its methods at each budget, 95% error bars.
 
-    Returns None (and writes nothing) when no row has a group.
+    ``baseline`` (the method the ablations vary, e.g. ``lore_kv``) is drawn first in every
+    panel, at the group's budgets. Returns None (and writes nothing) when no row has a group.
     """
     rows = _one_section(rows)
     groups = list(dict.fromkeys(str(r["group"]) for r in rows if r.get("group")))
@@ -148,6 +154,8 @@ def ablation_bars(
     fig, axes = plt.subplots(len(groups), 1, figsize=(8, 3.2 * len(groups)), squeeze=False)
     for ax, group in zip(axes[:, 0], groups, strict=True):
         group_rows = [r for r in rows if r.get("group") == group]
+        budgets = {r["budget_label"] for r in group_rows}
+        group_rows = [r for r in rows if r["method"] == baseline and r["budget_label"] in budgets] + group_rows
         cells = macro_cells(group_rows, seed=seed, resamples=resamples)
         labels = budget_labels(group_rows)
         methods = [m for m in methods_of(group_rows) if m != FULL]
@@ -250,7 +258,13 @@ def keep_map(
 
 
 def section_figures(
-    rows: Sequence[Mapping[str, Any]], directory: str | Path, slug: str, *, seed: int = 0, resamples: int = 10_000
+    rows: Sequence[Mapping[str, Any]],
+    directory: str | Path,
+    slug: str,
+    *,
+    baseline: str | None = None,
+    seed: int = 0,
+    resamples: int = 10_000,
 ) -> list[tuple[str, Path]]:
     """Every figure that applies to one section's rows, as (caption, path) under ``directory``."""
     directory = Path(directory)
@@ -261,7 +275,9 @@ def section_figures(
         ),
         ("Accuracy vs time", accuracy_vs_time(rows, directory / f"{slug}-time.png", seed=seed, resamples=resamples)),
     ]
-    ablation = ablation_bars(rows, directory / f"{slug}-ablations.png", seed=seed, resamples=resamples)
+    ablation = ablation_bars(
+        rows, directory / f"{slug}-ablations.png", baseline=baseline, seed=seed, resamples=resamples
+    )
     if ablation is not None:
         out.append(("Ablations", ablation))
     if any(r.get("keep_map") for r in rows):

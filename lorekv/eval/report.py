@@ -519,20 +519,28 @@ def write_report(
     out_dir: str | Path,
     *,
     reference: str | None = None,
+    baseline: str | None = None,
     figures: bool = True,
     seed: int = 0,
     resamples: int = 10_000,
 ) -> Path:
     """Write ``report.md`` and (``figures``) ``figures/*.png`` under ``out_dir``; return the report's path.
 
-    Rows are checked before anything is written. Figure links are relative to the report, so
-    the folder can be moved as a whole.
+    ``baseline``: the method the ablation groups vary, drawn first in each ablation panel
+    (default ``lore_kv`` when the rows hold it). Rows are checked before anything is written.
+    Figure links are relative to the report, so the folder can be moved as a whole.
     """
     rows_in, more_headers = split_records(rows)
     checked = check_rows(rows_in)
     if not checked:
         raise ValueError("rows: no result rows to report")
     resolve_reference(checked, reference)
+    methods = {r["method"] for r in checked}
+    if baseline is not None and baseline not in methods:
+        present = ", ".join(sorted(methods))
+        raise ValueError(f"baseline: method {baseline!r} has no rows; methods present: {present}")
+    if baseline is None and "lore_kv" in methods:
+        baseline = "lore_kv"
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     links: dict[Section, list[tuple[str, str]]] = {}
@@ -541,7 +549,7 @@ def write_report(
 
         for section, section_rows in sections(checked).items():
             written = section_figures(
-                section_rows, out / "figures", section_slug(section), seed=seed, resamples=resamples
+                section_rows, out / "figures", section_slug(section), baseline=baseline, seed=seed, resamples=resamples
             )
             links[section] = [(caption, path.relative_to(out).as_posix()) for caption, path in written]
     text = build_report(

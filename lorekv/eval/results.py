@@ -1,10 +1,11 @@
-"""Results files that survive interruption: JSON lines, rewritten atomically after each record."""
+"""Results files that survive interruption: JSON lines, each record appended whole and flushed to disk."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,36 +23,83 @@ def _umask() -> int:
 class ResultsFile:
     """A JSONL file of records keyed by ``key``; finished records are never lost or redone.
 
-    Every :meth:`add` writes the whole file to a temporary sibling, flushes it to disk (fsync)
-    and renames it into place, so a reader (or a resumed run) never sees a half-written line
-    and a crash loses at most the record being added. The file gets the permissions of the
-    process's umask. Temporary siblings left by a killed run are removed when the file is
-    opened.
+    Every :meth:`add` appends one complete line with a single write and flushes it to disk
+    (fsync) before returning, so a crash loses at most the record being added; the file is
+    never rewritten, so adding costs the same at row 10 and row 100,000. A line torn by a
+    crash mid-write (power loss; a killed process cannot tear a single write) can only be
+    the last one: it has no newline, and opening the file drops it with a warning (rewriting
+    the rest atomically). A new file gets the permissions of the process's umask. Temporary
+    siblings left by a killed repair are removed when the file is opened.
 
     Args:
-        path: the JSONL file (created on the first :meth:`add`).
+        path: the JSONL file (created on the first :meth:`add`, or at once with ``header``).
         key: the field that identifies a record; two records with one key are an error.
         schema: a pydantic model every record must satisfy (checked on reading and adding).
+        header: a run header (a mapping with ``"type": "header"``) that must be the file's
+            first line: written when the file is new; when it exists, its header's
+            ``header_key`` field must equal this one's (a file of another run is refused).
+        header_key: the header field that identifies a run (e.g. the grid's digest).
 
     Raises:
         ValueError: a line that is not JSON, does not fit ``schema`` or repeats a key, with
-            the file name and line number; ``path`` is a directory.
+            the file name and line number; ``path`` is a directory; a header mismatch.
     """
 
-    def __init__(self, path: str | Path, key: str = "id", schema: type[BaseModel] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        key: str = "id",
+        schema: type[BaseModel] | None = None,
+        *,
+        header: dict[str, Any] | None = None,
+        header_key: str = "grid",
+    ) -> None:
         self.path = Path(path)
         self.key = key
         self.schema = schema
         self.records: list[dict[str, Any]] = []
+        self.header: dict[str, Any] | None = None
         self._keys: set[str] = set()
         if self.path.is_dir():
             raise ValueError(f"{self.path}: is a directory, expected a results file (.jsonl)")
         for stale in self.path.parent.glob(f".{self.path.name}-*"):
             stale.unlink(missing_ok=True)
         if self.path.exists():
-            for number, line in enumerate(self.path.read_text().splitlines(), 1):
-                if line.strip():
-                    self._accept(self._parse(line, number), f"{self.path}:{number}")
+            self._read()
+        if header is not None:
+            if header.get("type") != "header":
+                raise ValueError('header must be a mapping with "type": "header"')
+            if self.header is None and self.records:
+                raise ValueError(f"{self.path}: holds records but no run header; write to a new file")
+            if self.header is None:
+                self._append([header])
+                self.header = dict(header)
+            elif self.header.get(header_key) != header.get(header_key):
+                raise ValueError(
+                    f"{self.path}: holds results of another run ({header_key} {self.header.get(header_key)!r}, "
+                    f"this one is {header.get(header_key)!r}); write to a new file"
+                )
+
+    def _read(self) -> None:
+        text = self.path.read_text()
+        if text and not text.endswith("\n"):
+            complete = text[: text.rfind("\n") + 1]
+            warnings.warn(
+                f"{self.path}: dropped a torn last line (a crash mid-write): {text[len(complete) :][:60]!r}",
+                stacklevel=3,
+            )
+            self._replace(complete)
+            text = complete
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            record = self._parse(line, number)
+            if record.get("type") == "header":
+                if number != 1:
+                    raise ValueError(f"{self.path}:{number}: a run header may only be the first line")
+                self.header = record
+            else:
+                self._accept(record, f"{self.path}:{number}")
 
     def _parse(self, line: str, number: int) -> dict[str, Any]:
         try:
@@ -80,30 +128,56 @@ class ResultsFile:
         return set(self._keys)
 
     def add(self, record: dict[str, Any]) -> None:
-        """Append ``record`` (checked like a line read from disk) and rewrite the file atomically."""
+        """Append ``record`` (checked like a line read from disk) and flush it to disk."""
+        line = json.dumps(record)  # a record that cannot be written fails before anything changes
         records, keys = list(self.records), set(self._keys)
         self._accept(record, f"{self.path} (new record)")
         try:
-            self._write(self.records)
+            self._append([record], [line])
         except BaseException:
             self.records, self._keys = records, keys
             raise
 
-    def _write(self, records: list[dict[str, Any]]) -> None:
+    def _append(self, records: list[dict[str, Any]], lines: list[str] | None = None) -> None:
+        data = "".join(line + "\n" for line in (lines or [json.dumps(r) for r in records])).encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}-")
+        new = not self.path.exists()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         try:
-            with os.fdopen(fd, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in records)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
+            written = os.write(fd, data)
+            if written != len(data):  # a short write (disk full): undo it, so no torn line stays
+                os.ftruncate(fd, os.fstat(fd).st_size - written)
+                raise OSError(f"{self.path}: wrote {written} of {len(data)} bytes (disk full?)")
+            os.fsync(fd)
         finally:
-            os.close(directory)
+            os.close(fd)
+        if new:
+            _fsync_directory(self.path.parent)
+
+    def _replace(self, text: str) -> None:
+        atomic_write_text(self.path, text)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``path`` atomically: a temporary sibling, fsync, rename, fsync of the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(path: Path) -> None:
+    directory = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

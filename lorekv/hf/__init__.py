@@ -16,7 +16,7 @@ Only this package and :mod:`lorekv.models` import transformers.
 from lorekv.hf.attention import ATTENTION_NAME, QueryCapture, forward, prepare, register
 from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer, gather
 from lorekv.hf.compressed import CompressedCache, CompressionStats
-from lorekv.hf.decoding import Generation, decode, generate_full
+from lorekv.hf.decoding import Generation, continue_full, decode, generate_full
 from lorekv.hf.inputs import check_context, check_token_ids
 from lorekv.hf.introspection import check_supported, evictable_layers, layer_types, max_positions
 from lorekv.hf.rollout import ModelRollout
@@ -34,6 +34,7 @@ __all__ = [
     "check_context",
     "check_supported",
     "check_token_ids",
+    "continue_full",
     "decode",
     "evictable_layers",
     "forward",

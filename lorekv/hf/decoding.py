@@ -108,6 +108,31 @@ def _decode_from(
 
 
 @torch.no_grad()
+def continue_full(
+    model: PreTrainedModel,
+    cache: PositionedCache,
+    feed: torch.Tensor,
+    position: int,
+    max_new_tokens: int = 32,
+    *,
+    eos_token_id: int | list[int] | None = None,
+    rule: TokenRule | None = None,
+) -> Generation:
+    """The full-cache baseline from an existing prefill: feed ``feed`` (1, q) at ``position``
+    (the count of tokens ``cache`` holds), then decode; ``cache`` itself is left intact.
+
+    The evaluation grid answers with the full cache from the prefill it shares with the
+    compressed methods (query-aware: the cache of the first n - 1 tokens, the last one fed).
+    """
+    check_int_at_least("max_new_tokens", max_new_tokens, 1)
+    check_token_ids(model, feed, "feed")
+    check_context(model, position, feed.shape[1] + max_new_tokens, "question/answer")
+    prepare(model)
+    start = time.perf_counter()
+    return _decode_from(model, cache.copy(), feed, position, max_new_tokens, eos_token_id, rule, None, start)
+
+
+@torch.no_grad()
 def generate_full(
     model: PreTrainedModel,
     input_ids: torch.Tensor,

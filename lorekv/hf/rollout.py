@@ -46,6 +46,10 @@ class ModelRollout:
         candidates: how many leading prompt tokens are eviction candidates (n - 1 in
             query-aware mode, n query-agnostic; default n), for samplers that evict on their
             own before sampling (LAQ's draft cache).
+        stats_window: keep the logits of the last ``stats_window`` prompt positions for token
+            statistics even when ``prefill_window`` is ``"all"``, so that one prefill serves
+            both H2O's window and an int window (the evaluation grid shares prefills). Default:
+            ``prefill_window`` for an int window, none for ``"all"``.
     """
 
     def __init__(
@@ -57,6 +61,7 @@ class ModelRollout:
         *,
         tokenizer: Any | None = None,
         candidates: int | None = None,
+        stats_window: int | None = None,
     ) -> None:
         self.model = model
         self.prompt_ids = input_ids
@@ -70,11 +75,13 @@ class ModelRollout:
         if prefill_window == "all":
             self._captured = n
             self._prefill_capture = QueryCapture(self.evict_layers, last=None)
-            keep = 1
         else:
             self._captured = min(prefill_window, n)
             self._prefill_capture = QueryCapture(self.evict_layers, last=prefill_window) if prefill_window > 0 else None
-            keep = min(prefill_window + 1, n)
+        if stats_window is None:
+            stats_window = 0 if prefill_window == "all" else prefill_window
+        check_int_at_least("stats_window", stats_window, 0)
+        keep = min(stats_window + 1, n)
         self.cache = PositionedCache.for_model(model.config)
         chunks = []
         if n > 1:
@@ -150,7 +157,8 @@ class ModelRollout:
                 f"{captured} queries of a {n}-token prompt), got {window}"
             )
         tokens = self.prompt_ids[:, n - window :]
-        predicting = self.prompt_logits[-window - 1 : -1]
+        kept = self.prompt_logits.shape[0]
+        predicting = self.prompt_logits[-window - 1 : -1] if kept > window or kept == n else self.prompt_logits[:0]
         pad = window - predicting.shape[0]  # the prompt's first token has no logits predicting it
         lp, ent = token_stats(predicting, tokens[0, pad:])
         lp = torch.cat([lp.new_zeros(pad), lp]).unsqueeze(0)

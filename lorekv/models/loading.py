@@ -162,14 +162,22 @@ def load_bundled(
     return model.eval(), tokenizer
 
 
-def load(name_or_path: str, dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load(
+    name_or_path: str, dtype: torch.dtype = torch.float32, *, device_map: str | dict | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A causal LM in eval mode and its tokenizer.
 
     Args:
         name_or_path: a bundled name (``smollm2-135m-instruct``, ``gemma3-270m``), a local
             transformers directory, a local ``.gguf`` file, or a hub id (where a hub is reachable).
         dtype: the weights' dtype.
+        device_map: accelerate's placement (e.g. ``"auto"`` on a GPU machine) for a local
+            directory or hub id; the bundled models and GGUF files load on the CPU (move them
+            with ``model.to(device)``).
     """
+    if name_or_path in BUNDLED or name_or_path.endswith(".gguf"):
+        if device_map is not None:
+            raise ValueError(f"device_map applies to transformers directories and hub ids, not {name_or_path!r}")
     if name_or_path in BUNDLED:
         return load_bundled(BUNDLED[name_or_path], dtype)
     path = Path(name_or_path)
@@ -181,6 +189,6 @@ def load(name_or_path: str, dtype: torch.dtype = torch.float32) -> tuple[PreTrai
             f"unknown model {name_or_path!r}: not a bundled name ({', '.join(BUNDLED)}), "
             "a local directory, a .gguf file, or a hub id (owner/name)"
         )
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, device_map=device_map)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     return model.eval(), tokenizer

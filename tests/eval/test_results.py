@@ -146,7 +146,7 @@ def test_killed_runs_lose_nothing_duplicate_nothing_and_leave_no_temporaries(tmp
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and (path.read_bytes().count(b"\n") if path.exists() else 0) < target:
             time.sleep(0.0005)
-        time.sleep(rng.uniform(0.0, 0.003))  # land anywhere in the next row: work, write, fsync, rename
+        time.sleep(rng.uniform(0.0, 0.003))  # land anywhere in the next row: work, write, fsync
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
         assert os.WIFSIGNALED(status), "the run finished before it was killed"
@@ -161,10 +161,59 @@ def test_killed_runs_lose_nothing_duplicate_nothing_and_leave_no_temporaries(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
 
 
-def test_the_new_file_is_flushed_to_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch) -> None:
+def test_each_record_is_appended_whole_and_flushed_before_add_returns(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "r.jsonl"
+    results = ResultsFile(path)
+    results.add({"id": "a"})
+    inode = path.stat().st_ino
     events: list[str] = []
-    real_fsync, real_replace = os.fsync, os.replace
+    real_write, real_fsync = os.write, os.fsync
+    monkeypatch.setattr(os, "write", lambda fd, data: (events.append(f"write {data!r}"), real_write(fd, data))[1])
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
-    monkeypatch.setattr(os, "replace", lambda a, b: (events.append("replace"), real_replace(a, b))[1])
-    ResultsFile(tmp_path / "r.jsonl").add({"id": "a"})
-    assert events[:2] == ["fsync", "replace"] and events.count("fsync") == 2, events  # the file, then its folder
+    monkeypatch.setattr(os, "replace", lambda a, b: pytest.fail("an append must not rewrite the file"))
+    results.add({"id": "b"})
+    assert events == ['write b\'{"id": "b"}\\n\'', "fsync"], events  # one write of the whole line, then fsync
+    assert path.stat().st_ino == inode
+    assert path.read_text() == '{"id": "a"}\n{"id": "b"}\n'
+
+
+def test_a_torn_last_line_is_dropped_with_a_warning_and_the_rest_kept(tmp_path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "c", "sco')
+    with pytest.warns(UserWarning, match="torn last line"):
+        results = ResultsFile(path)
+    assert results.done() == {"a", "b"}
+    assert path.read_text() == '{"id": "a"}\n{"id": "b"}\n'
+    results.add({"id": "c"})
+    assert [r["id"] for r in ResultsFile(path).records] == ["a", "b", "c"]
+
+
+def test_a_short_write_is_undone_and_reported(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "r.jsonl"
+    results = ResultsFile(path)
+    results.add({"id": "a"})
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, data[:5]))
+    with pytest.raises(OSError, match="disk full"):
+        results.add({"id": "b"})
+    assert path.read_text() == '{"id": "a"}\n'
+    assert results.done() == {"a"}
+
+
+def test_the_run_header_is_the_first_line_and_another_runs_file_is_refused(tmp_path) -> None:
+    path = tmp_path / "r.jsonl"
+    header = {"type": "header", "grid": "abc", "machine": "here"}
+    results = ResultsFile(path, header=header)
+    results.add({"id": "a"})
+    assert json.loads(path.read_text().splitlines()[0]) == header
+    resumed = ResultsFile(path, header={**header, "machine": "elsewhere"})
+    assert resumed.header == header and resumed.done() == {"a"}
+    with pytest.raises(ValueError, match="another run.*'abc'.*'xyz'"):
+        ResultsFile(path, header={"type": "header", "grid": "xyz"})
+    headerless = tmp_path / "s.jsonl"
+    ResultsFile(headerless).add({"id": "a"})
+    with pytest.raises(ValueError, match="no run header"):
+        ResultsFile(headerless, header=header)
+    path.write_text(path.read_text() + json.dumps(header) + "\n")
+    with pytest.raises(ValueError, match="r.jsonl:3: a run header may only be the first line"):
+        ResultsFile(path)

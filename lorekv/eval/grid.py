@@ -1,0 +1,298 @@
+"""An evaluation grid: models x methods x budgets x tasks x lengths x modes, as one config.
+
+A grid file (YAML or JSON) names everything a run needs, so that a results file can say
+exactly what produced it (its hash is the run's identity: resuming and merging refuse a
+results file of another grid). Methods are presets (the faithful baselines and LORE-KV),
+pipeline files, or either with dotted overrides; the full cache is the method ``full``.
+Budgets are kept tokens per KV head (``budgets``) or kvpress-style compression ratios
+(``ratios``: the fraction of candidates evicted, so ratio r keeps round((1 - r) c) of c).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
+
+from lorekv.eval.runner import FULL
+from lorekv.eval.tasks import Sample, TaskConfig, make_sample, parse_task
+from lorekv.pipeline import PipelineConfig
+from lorekv.presets import PRESETS, preset
+from lorekv.validation import describe
+
+Mode = Literal["query_aware", "query_agnostic"]
+
+
+class MethodSpec(BaseModel):
+    """One method of a grid, built anew at every budget.
+
+    Attributes:
+        name: the method's name in the results (defaults to the preset's name).
+        preset: a preset name (see ``lorekv presets``), built with ``preset(name, B, **options)``.
+        options: the preset's keyword arguments, e.g. ``{window: 8}`` for SnapKV.
+        config: a pipeline config file or an inline config; its policy budget is set to B.
+        set: dotted overrides applied last (``{"scorer.name": "loo"}``), or whole parts
+            (``{"sampler": {"name": "prompt_window", "window": 8}}``).
+        oracle: replace the sampler by the oracle future: the sample's gold answer,
+            teacher-forced (a diagnostic upper reference for future-aware scoring).
+        group: an ablation group; the report draws one bar chart per group.
+        budgets: budgets for this method only (ablations at small budgets); default: the grid's.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = ""
+    preset: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    config: str | dict[str, Any] | None = None
+    set: dict[str, Any] = Field(default_factory=dict)
+    oracle: bool = False
+    group: str | None = None
+    budgets: list[int] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"name": value} if value == FULL else {"name": value, "preset": value}
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MethodSpec:
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"preset: unknown {self.preset!r}; choose from {', '.join(sorted(PRESETS))}")
+        if self.is_full:
+            if self.preset is not None or self.config is not None or self.options or self.set or self.oracle:
+                raise ValueError(f"method {FULL!r} is the full cache: it takes no preset, config, options or set")
+            return self
+        if (self.preset is None) == (self.config is None):
+            raise ValueError(f"method {self.name or '?'}: give exactly one of preset or config")
+        if self.options and self.preset is None:
+            raise ValueError(f"method {self.name or '?'}: options are a preset's arguments; use set with a config")
+        if not self.name:
+            if self.preset is None:
+                raise ValueError("method: a method given by config needs a name")
+            object.__setattr__(self, "name", self.preset)
+        return self
+
+    @property
+    def is_full(self) -> bool:
+        return self.name == FULL and self.preset is None and self.config is None
+
+    def build(self, budget: int, base: Path | None = None) -> PipelineConfig:
+        """The pipeline at ``budget`` kept tokens per KV head (oracle futures not yet filled in)."""
+        if self.preset is not None:
+            config = preset(self.preset, budget, **self.options)
+        else:
+            if isinstance(self.config, str):
+                path = Path(self.config)
+                config = PipelineConfig.from_file(path if path.is_absolute() or base is None else base / path)
+            else:
+                config = PipelineConfig.model_validate(self.config)
+            config = config.override({"policy.budget": budget})
+        return config.override(self.set) if self.set else config
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A budget column: ``tokens`` kept per KV head, or a compression ``ratio``; None for the full cache."""
+
+    tokens: int | None = None
+    ratio: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.tokens is not None:
+            return f"B={self.tokens}"
+        return FULL if self.ratio is None else f"ratio={self.ratio:g}"
+
+    def resolve(self, candidates: int) -> int | None:
+        """Kept tokens per KV head for a prompt of ``candidates`` eviction candidates."""
+        if self.ratio is None:
+            return self.tokens
+        kept = round((1 - self.ratio) * candidates)
+        if kept < 1:
+            raise ValueError(f"ratio {self.ratio:g} keeps no token of {candidates} candidates; use a smaller ratio")
+        return kept
+
+
+FULL_BUDGET = Budget()
+
+
+class GridConfig(BaseModel):
+    """What to evaluate. Every list is a grid axis; cells are their product.
+
+    Attributes:
+        models: bundled names, local directories/GGUF files, or hub ids.
+        dtype: the weights' dtype (bfloat16 on a GPU).
+        device: where the model runs (``cpu``, ``cuda``, ``cuda:1``); with ``device_map``
+            the model is placed by accelerate instead (e.g. ``auto`` for a large hub model).
+        methods: presets by name, ``full``, or :class:`MethodSpec` mappings.
+        budgets: kept tokens per KV head; ratios: compression ratios in (0, 1).
+        tasks: task names or mappings (see ``lorekv.eval.tasks``).
+        lengths: target prompt lengths in the model's tokens.
+        modes: query_aware (question in the prompt) and/or query_agnostic (context compressed
+            alone, the question fed after it).
+        samples: samples per (task, length); every method sees the same samples.
+        seed: the seed every sample is derived from.
+        keep_maps: how many first samples per (model, task, length, mode) record the kept-token
+            map of every cell (for the report's keep-map figure).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "grid"
+    models: list[str] = Field(default_factory=lambda: ["smollm2-135m-instruct"], min_length=1)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    device_map: str | None = None
+    methods: list[MethodSpec] = Field(min_length=1)
+    budgets: list[int] = Field(default_factory=list)
+    ratios: list[float] = Field(default_factory=list)
+    tasks: list[SerializeAsAny[TaskConfig]] = Field(min_length=1)
+    lengths: list[int] = Field(min_length=1)
+    modes: list[Mode] = Field(default_factory=lambda: ["query_aware"], min_length=1)
+    samples: int = Field(ge=1)
+    seed: int = Field(default=0, ge=0)
+    keep_maps: int = Field(default=1, ge=0)
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _tasks(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        return [parse_task(v) if isinstance(v, (str, Mapping)) else v for v in value]
+
+    @field_validator("budgets")
+    @classmethod
+    def _budgets(cls, value: list[int]) -> list[int]:
+        if any(b < 1 for b in value) or len(set(value)) != len(value):
+            raise ValueError(f"budgets must be distinct integers >= 1, got {value}")
+        return value
+
+    @field_validator("ratios")
+    @classmethod
+    def _ratios(cls, value: list[float]) -> list[float]:
+        if any(not 0 < r < 1 for r in value) or len(set(value)) != len(value):
+            raise ValueError(f"ratios must be distinct numbers in (0, 1), got {value}")
+        return value
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, value: list[int]) -> list[int]:
+        if any(n < 64 for n in value) or len(set(value)) != len(value):
+            raise ValueError(f"lengths must be distinct integers >= 64, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GridConfig:
+        names = [m.name for m in self.methods]
+        if len(set(names)) != len(names):
+            raise ValueError(f"methods: names must be distinct, got {names}")
+        labels = [t.label for t in self.tasks]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"tasks: each task may appear once, got {labels}")
+        if any(not m.is_full for m in self.methods) and not (self.budgets or self.ratios):
+            raise ValueError("budgets or ratios: at least one is needed for methods other than full")
+        for m in self.methods:
+            if m.budgets is not None and not set(m.budgets) <= set(self.budgets):
+                raise ValueError(
+                    f"method {m.name}: budgets {m.budgets} must be among the grid's budgets {self.budgets}"
+                )
+        return self
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> GridConfig:
+        """Read a YAML/JSON grid; every error names the file."""
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"{path}: no such grid file")
+        try:
+            data = json.loads(path.read_text()) if path.suffix == ".json" else yaml.safe_load(path.read_text())
+        except (json.JSONDecodeError, yaml.YAMLError) as error:
+            raise ValueError(f"{path}: not valid YAML/JSON: {error}") from None
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{path}: a grid must be a mapping (models, methods, budgets, tasks, lengths, ...)")
+        try:
+            grid = cls.model_validate(dict(data))
+        except ValidationError as error:
+            raise ValueError(f"{path}: {describe(error)}") from None
+        try:
+            grid.check(base=path.parent)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+        return grid
+
+    @property
+    def digest(self) -> str:
+        """A short hash of the grid's content: the identity its results files carry."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def budgets_of(self, method: MethodSpec) -> list[Budget]:
+        """The budget columns ``method`` is run at (the full cache: one column)."""
+        if method.is_full:
+            return [FULL_BUDGET]
+        tokens = self.budgets if method.budgets is None else method.budgets
+        return [Budget(tokens=b) for b in tokens] + (
+            [] if method.budgets is not None else [Budget(ratio=r) for r in self.ratios]
+        )
+
+    def check(self, base: Path | None = None) -> None:
+        """Build every method at every budget (at the shortest and longest prompt for ratios),
+        so that a bad option fails before any model is loaded."""
+        for method in self.methods:
+            for budget in self.budgets_of(method):
+                if method.is_full:
+                    continue
+                candidates = {int(0.9 * min(self.lengths)) - 1, max(self.lengths) - 1}
+                for tokens in {budget.resolve(c) for c in candidates}:
+                    try:
+                        method.build(tokens, base)
+                    except (ValueError, TypeError) as error:
+                        raise ValueError(f"method {method.name} at {budget.label}: {error}") from None
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One prompt of the grid: a sample of a task at a length, in a mode, on a model.
+
+    Every (method, budget) cell of a unit shares its prefill, futures and scores.
+    """
+
+    model: str
+    mode: Mode
+    length: int
+    task: TaskConfig
+    index: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}|{self.mode}|n={self.length}|{self.task.label}|#{self.index}"
+
+    def sample(self, tokenizer: Any, seed: int) -> Sample:
+        return make_sample(self.task, tokenizer, self.length, self.index, seed)
+
+
+def units(grid: GridConfig) -> Iterator[Unit]:
+    """Every unit of ``grid`` in a fixed order: model, mode, length, sample index, task.
+
+    Sample-major within a (model, mode, length), so a run stopped early (or a shard) holds
+    about as many samples of every task."""
+    for model in grid.models:
+        for mode in grid.modes:
+            for length in grid.lengths:
+                for index in range(grid.samples):
+                    for task in grid.tasks:
+                        yield Unit(model, mode, length, task, index)
+
+
+def cell_key(unit: Unit, method: str, budget: Budget) -> str:
+    """The results key of one (unit, method, budget) cell."""
+    return f"{unit.key}|{method}|{budget.label}"

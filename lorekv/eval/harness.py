@@ -1,0 +1,310 @@
+"""Running a grid: resumable, sharded, one results row per (sample, cell), with a run header.
+
+``run_grid`` walks the grid's units (model, mode, length, task, sample) in a fixed order,
+takes every N-th one when sharded, and writes each cell's row the moment it is decoded
+(:class:`ResultsFile` appends and fsyncs), so an interrupted run resumes where it stopped
+and redoes no finished cell. ``merge`` joins the shards of one grid into one file and refuses
+shards of different grids. The first line of every results file is the run header: the grid
+and its digest, lorekv's version and commit, package versions, machine, threads, device and
+seeds, what a leaderboard needs to be reproduced.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from lorekv.eval.grid import GridConfig, Unit, cell_key, units
+from lorekv.eval.results import ResultsFile, atomic_write_text
+from lorekv.eval.shared import Cell, run_unit
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+PACKAGES = ("torch", "transformers", "numpy", "pydantic", "accelerate", "lorekv")
+
+
+class EvalRow(BaseModel):
+    """One answered sample in one (method, budget) cell: the schema of a grid's results rows."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["row"]
+    id: str
+    model: str
+    task: str
+    length: int
+    mode: Literal["query_aware", "query_agnostic"]
+    index: int
+    seed: int
+    method: str
+    group: str | None
+    budget_label: str
+    budget: int | None
+    ratio: float | None
+    tokens: int
+    prediction: str
+    answers: list[str]
+    metric: Literal["all", "part"]
+    score: float
+    kept: float
+    candidates: int
+    kv_bytes_before: int
+    kv_bytes_after: int
+    seconds: dict[str, float]
+    compression_seconds: float
+    keep_map: dict[str, Any] | None
+    gold_positions: list[int] | None
+
+
+def results_file(path: str | Path, header: dict[str, Any] | None = None) -> ResultsFile:
+    """A grid's results file at ``path``, rows checked against :class:`EvalRow`."""
+    return ResultsFile(path, schema=EvalRow, header=header)
+
+
+def parse_shard(text: str | None, environ: dict[str, str] | None = None) -> tuple[int, int]:
+    """(i, N) from ``--shard i/N`` (0 <= i < N), else from ``RANK``/``WORLD_SIZE`` (set by
+    ``torchrun`` and ``accelerate launch``), else (0, 1)."""
+    environ = dict(os.environ if environ is None else environ)
+    if text is None:
+        if "RANK" in environ and "WORLD_SIZE" in environ:
+            text = f"{environ['RANK']}/{environ['WORLD_SIZE']}"
+        else:
+            return 0, 1
+    index, slash, count = text.partition("/")
+    if not slash or not index.isdigit() or not count.isdigit() or not 0 <= int(index) < int(count):
+        raise ValueError(f"shard must be i/N with 0 <= i < N (e.g. 0/2), got {text!r}")
+    return int(index), int(count)
+
+
+def shard_path(out: Path, shard: tuple[int, int]) -> Path:
+    """The results file of ``shard`` (``out`` itself when not sharded)."""
+    index, count = shard
+    return out if count == 1 else out.with_name(f"{out.stem}.shard{index}of{count}{out.suffix or '.jsonl'}")
+
+
+def _commit() -> str | None:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def _machine() -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    machine = {"system": platform.platform(), "cpu": cpu, "cores": os.cpu_count(), "python": sys.version.split()[0]}
+    if torch.cuda.is_available():
+        machine["gpu"] = torch.cuda.get_device_name(0)
+    return machine
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def run_header(grid: GridConfig, shard: tuple[int, int]) -> dict[str, Any]:
+    """The first line of a results file: what produced it, and on what."""
+    return {
+        "type": "header",
+        "grid": grid.digest,
+        "grid_config": grid.model_dump(mode="json"),
+        "lorekv": _version("lorekv"),
+        "commit": _commit(),
+        "packages": {p: _version(p) for p in PACKAGES},
+        "machine": _machine(),
+        "threads": torch.get_num_threads(),
+        "device": grid.device_map or grid.device,
+        "dtype": grid.dtype,
+        "seed": grid.seed,
+        "shard": list(shard),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def grid_cells(grid: GridConfig) -> list[Cell]:
+    """Every (method, budget) column of the grid, methods in the grid's order."""
+    return [Cell(method, budget) for method in grid.methods for budget in grid.budgets_of(method)]
+
+
+def shard_units(grid: GridConfig, shard: tuple[int, int]) -> list[Unit]:
+    """This shard's units: every N-th unit of the grid's fixed order, starting at i."""
+    index, count = shard
+    return [u for k, u in enumerate(units(grid)) if k % count == index]
+
+
+Loader = Callable[[str, GridConfig], "tuple[PreTrainedModel, PreTrainedTokenizerBase]"]
+
+
+def load_model(name: str, grid: GridConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The grid's model ``name`` in its dtype, on its device (or placed by ``device_map``)."""
+    from lorekv.models import load
+
+    dtype = getattr(torch, grid.dtype)
+    model, tokenizer = load(name, dtype, device_map=grid.device_map)
+    if grid.device_map is None:
+        model.to(process_device(grid.device))
+    return model, tokenizer
+
+
+def process_device(device: str, environ: dict[str, str] | None = None) -> str:
+    """``device``, with a bare ``cuda`` taken to mean this process's GPU under ``torchrun`` /
+    ``accelerate launch`` (``cuda:$LOCAL_RANK``), so that shards do not share one GPU."""
+    environ = dict(os.environ if environ is None else environ)
+    if device == "cuda" and "LOCAL_RANK" in environ:
+        return f"cuda:{int(environ['LOCAL_RANK'])}"
+    return device
+
+
+def run_grid(
+    grid: GridConfig,
+    out: str | Path,
+    *,
+    shard: tuple[int, int] = (0, 1),
+    base: Path | None = None,
+    loader: Loader = load_model,
+    progress: bool = True,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> Path:
+    """Run this shard's part of ``grid`` into its results file; returns the file's path.
+
+    Cells already in the file are skipped, so a second call resumes an interrupted run.
+    ``base``: where pipeline files named in the grid are looked up (the grid file's folder).
+    """
+    grid.check(base)
+    path = shard_path(Path(out), shard)
+    results = results_file(path, header=run_header(grid, shard))
+    cells = grid_cells(grid)
+    mine = shard_units(grid, shard)
+    done = results.done()
+    total = len(mine) * len(cells)
+    finished = sum(cell_key(u, c.method.name, c.budget) in done for u in mine for c in cells)
+    bar = _progress(total, finished, progress)
+    loaded: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase]] = {}
+
+    def emit(row: dict[str, Any]) -> None:
+        results.add(row)
+        bar.update(1)
+        if on_row is not None:
+            on_row(row)
+
+    try:
+        for unit in mine:
+            todo = [c for c in cells if cell_key(unit, c.method.name, c.budget) not in done]
+            if not todo:
+                continue
+            if unit.model not in loaded:
+                loaded.clear()
+                loaded[unit.model] = loader(unit.model, grid)
+            model, tokenizer = loaded[unit.model]
+            sample = unit.sample(tokenizer, grid.seed)
+            bar.set_postfix_str(f"{unit.task.label} #{unit.index}", refresh=False)
+            run_unit(model, tokenizer, unit, sample, todo, emit, keep_map=unit.index < grid.keep_maps, base=base)
+    finally:
+        bar.close()
+    return path
+
+
+def _progress(total: int, initial: int, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    interactive = sys.stderr.isatty()
+    return tqdm(
+        total=total, initial=initial, unit="cell", disable=not enabled, mininterval=0.5 if interactive else 30.0,
+        dynamic_ncols=True, desc="eval",
+    )  # fmt: skip
+
+
+def merge(out: str | Path, shards: Sequence[str | Path], *, allow_missing: bool = False) -> tuple[int, list[str]]:
+    """Join the shard files of one grid into ``out`` (written atomically); returns the row
+    count and the cells still missing (an error unless ``allow_missing``).
+
+    Raises:
+        ValueError: a shard without a header, shards of different grids, a row in two shards,
+            ``out`` among the shards, or missing cells.
+    """
+    out = Path(out)
+    paths = [Path(p) for p in shards]
+    if not paths:
+        raise ValueError("shards: name at least one shard file to merge")
+    if out.resolve() in {p.resolve() for p in paths}:
+        raise ValueError(f"out: {out} is one of the shards; merge into a new file")
+    files = []
+    for p in paths:
+        if not p.is_file():
+            raise ValueError(f"shard {p}: no such file")
+        f = results_file(p)
+        if f.header is None:
+            raise ValueError(f"shard {p}: has no run header (not written by `lorekv eval`)")
+        files.append(f)
+    digests = {f.header["grid"] for f in files}
+    if len(digests) != 1:
+        found = ", ".join(f"{p}: {f.header['grid']}" for p, f in zip(paths, files, strict=True))
+        raise ValueError(f"shards of different grids cannot be merged ({found})")
+    grid = GridConfig.model_validate(files[0].header["grid_config"])
+    rows: dict[str, dict[str, Any]] = {}
+    for p, f in zip(paths, files, strict=True):
+        for row in f.records:
+            if row["id"] in rows:
+                raise ValueError(f"shard {p}: row {row['id']!r} is also in another shard")
+            rows[row["id"]] = row
+    expected = [cell_key(u, c.method.name, c.budget) for u in units(grid) for c in grid_cells(grid)]
+    missing = [k for k in expected if k not in rows]
+    if missing and not allow_missing:
+        raise ValueError(
+            f"{len(missing)} of {len(expected)} cells are missing (first: {missing[0]}); "
+            "finish or resume the shards, or pass --allow-missing"
+        )
+    sources = [_shard_summary(p, f.header) for p, f in zip(paths, files, strict=True)]
+    header = {**files[0].header, "shard": [0, 1], "merged_from": sources}
+    ordered = [rows[k] for k in expected if k in rows]
+    atomic_write_text(out, _jsonl([header, *ordered]))
+    return len(ordered), missing
+
+
+def _shard_summary(path: Path, header: dict[str, Any]) -> dict[str, Any]:
+    keys = ("shard", "commit", "machine", "threads", "device", "started")
+    return {"file": path.name, **{k: header.get(k) for k in keys}}
+
+
+def _jsonl(records: Iterable[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def read_results(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows, headers) of one or more results files, rows checked against :class:`EvalRow`."""
+    rows, headers = [], []
+    for p in paths:
+        f = results_file(p)
+        rows.extend(f.records)
+        if f.header is not None:
+            headers.append(f.header)
+    return rows, headers

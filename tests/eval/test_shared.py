@@ -1,0 +1,121 @@
+"""The grid's shared work gives exactly the answers of independent ``Pipeline.generate`` calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+from tiny_models import random_ids, tiny_gemma3, tiny_llama, word_tokenizer
+
+from lorekv import Pipeline, decode, generate_full
+from lorekv.eval.grid import Budget, MethodSpec, Unit
+from lorekv.eval.report import decode_keep_map
+from lorekv.eval.shared import Cell, oracle_ids, run_unit
+from lorekv.eval.tasks import parse_task
+from lorekv.models.tokens import end_of_turn_ids
+
+
+@dataclass(frozen=True)
+class FakeSample:
+    """The parts of a task sample the grid reads, over random token ids."""
+
+    ids: torch.Tensor
+    split: int
+    answers: tuple[str, ...] = ("w7", "w12")
+    metric: str = "part"
+    max_new_tokens: int = 5
+    seed: int = 3
+
+    def prompt_ids(self, tokenizer) -> torch.Tensor:
+        return self.ids
+
+    def context_and_question_ids(self, tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.ids[:, : self.split], self.ids[:, self.split :]
+
+    def score(self, prediction: str) -> float:
+        return float(any(a in prediction.split() for a in self.answers))
+
+    def answer_positions(self, tokenizer) -> list[int]:
+        return [4, 5]
+
+
+METHODS = [
+    MethodSpec.model_validate("full"),
+    MethodSpec.model_validate("lore_kv"),
+    MethodSpec(name="lore_kv_m2_loo", preset="lore_kv", options={"num_futures": 2}, set={"scorer.name": "loo"}),
+    MethodSpec(name="lore_kv_reliability", preset="lore_kv", set={"aggregator": {"name": "reliability"}}),
+    MethodSpec(name="lore_kv_oracle", preset="lore_kv", oracle=True),
+    MethodSpec(name="window_control", preset="lore_kv", set={"sampler": {"name": "prompt_window", "window": 4}}),
+    MethodSpec(name="snapkv", preset="snapkv", options={"window": 4}),
+    MethodSpec(name="pyramidkv", preset="pyramidkv", options={"window": 4}),
+    MethodSpec(name="ada_kv", preset="ada_kv", options={"window": 4}),
+    MethodSpec(name="critical_kv", preset="critical_kv", options={"window": 4}),
+    MethodSpec(name="laq", preset="laq", options={"window": 4, "draft_window": 4}),
+    *(MethodSpec.model_validate(p) for p in ("tova", "streaming_llm", "greedy_lookahead", "knorm", "random", "h2o")),
+    MethodSpec.model_validate("kvzip"),
+]
+BUDGETS = [Budget(tokens=8), Budget(tokens=16), Budget(ratio=0.75)]
+
+
+def cells() -> list[Cell]:
+    return [Cell(m, Budget() if m.is_full else b) for m in METHODS for b in ([None] if m.is_full else BUDGETS)]
+
+
+@pytest.mark.parametrize("mode", ["query_aware", "query_agnostic"])
+@pytest.mark.parametrize("make_model", [tiny_llama, tiny_gemma3], ids=["llama", "gemma3"])
+def test_shared_work_answers_exactly_as_independent_generate_calls(make_model, mode, monkeypatch) -> None:
+    """Every cell's kept set, first-token logits and answer equal those of its own ``compress`` +
+    ``decode`` (the full cache: ``generate_full``, which prefills in one pass: logits to 1e-9)."""
+    import lorekv.eval.shared as shared
+
+    model, tokenizer = make_model(), word_tokenizer()
+    sample = FakeSample(random_ids(48, seed=5), split=40)
+    unit = Unit("tiny", mode, 48, parse_task("niah_single"), 0)
+    last: list = [None]
+    for name in ("decode", "continue_full"):
+        real = getattr(shared, name)
+        monkeypatch.setattr(shared, name, lambda *a, _real=real, **k: last.__setitem__(0, _real(*a, **k)) or last[0])
+    rows: list[dict] = []
+    run_unit(
+        model,
+        tokenizer,
+        unit,
+        sample,
+        cells(),
+        lambda row: rows.append({**row, "_logits": last[0].first_logits}),
+        keep_map=True,
+    )
+    assert len(rows) == len(cells()) and len({r["id"] for r in rows}) == len(rows)
+
+    eos = end_of_turn_ids(tokenizer)
+    question = None if mode == "query_aware" else sample.ids[:, 40:]
+    ids = sample.ids if question is None else sample.ids[:, :40]
+    candidates = ids.shape[1] - (1 if question is None else 0)
+    by_cell = {(r["method"], r["budget_label"]): r for r in rows}
+    for cell in cells():
+        row = by_cell[(cell.method.name, cell.budget.label)]
+        if cell.method.is_full:
+            expected = generate_full(model, sample.ids, sample.max_new_tokens, eos_token_id=eos)
+            assert row["prediction"] == expected.text(tokenizer)
+            torch.testing.assert_close(row["_logits"], expected.first_logits, rtol=1e-9, atol=1e-9)
+            assert row["budget"] is None and row["keep_map"] is None
+            continue
+        budget = cell.budget.resolve(candidates)
+        config = cell.method.build(budget)
+        if cell.method.oracle:
+            config = config.override({"sampler": {"name": "oracle", "token_ids": [oracle_ids(sample, tokenizer)]}})
+        pipeline = Pipeline.from_config(config)
+        compressed = pipeline.compress(model, ids, query_aware=question is None, tokenizer=tokenizer)
+        expected = decode(model, compressed, question, sample.max_new_tokens, eos_token_id=eos)
+        assert torch.equal(row["_logits"], expected.first_logits), (cell.method.name, cell.budget.label)
+        assert row["prediction"] == expected.text(tokenizer), (cell.method.name, cell.budget.label)
+        mask = compressed.selection.mask()
+        layers, kept = decode_keep_map(row["keep_map"])
+        assert layers == list(compressed.selection.layer_indices)
+        assert (kept == mask.numpy()).all(), (cell.method.name, cell.budget.label)
+        assert row["budget"] == budget and row["kept"] == pytest.approx(np.mean(compressed.stats.kept))
+        assert row["compression_seconds"] == pytest.approx(
+            sum(row["seconds"][k] for k in ("prefill", "sampling", "scoring", "selection"))
+        )
