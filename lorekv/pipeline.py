@@ -16,7 +16,6 @@ Two uses:
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +41,7 @@ from lorekv.hf import (
     decode,
     evictable_layers,
     gather,
+    now,
     prepare,
 )
 from lorekv.policies.base import POLICIES, Policy
@@ -193,15 +193,15 @@ class Pipeline:
         """
         self.check_input(model, input_ids, query_aware=query_aware, extra=answer_tokens)
         seconds: dict[str, float] = {}
-        start = time.perf_counter()
+        start = now(input_ids.device)
         rollout = self.prefill(model, input_ids, query_aware=query_aware, tokenizer=tokenizer)
-        seconds["prefill"] = time.perf_counter() - start
-        start = time.perf_counter()
+        seconds["prefill"] = now(input_ids.device) - start
+        start = now(input_ids.device)
         trajectories = self.sampler.futures(rollout)
-        seconds["sampling"] = time.perf_counter() - start
-        start = time.perf_counter()
+        seconds["sampling"] = now(input_ids.device) - start
+        start = now(input_ids.device)
         scores, weights = self.score(trajectories, rollout.candidates)
-        seconds["scoring"] = time.perf_counter() - start
+        seconds["scoring"] = now(input_ids.device) - start
         return self.select(rollout, scores, weights, seconds=seconds)
 
     def prefill(
@@ -245,14 +245,14 @@ class Pipeline:
     ) -> CompressedCache:
         """The last phase of :meth:`compress`: the policy's selection of ``scores`` (L, H, c),
         gathered from the rollout's cache. ``seconds`` (the earlier phases' times) go into the stats."""
-        start = time.perf_counter()
+        start = now(scores.device)
         n, candidates = rollout.prompt_length, rollout.candidates
         layers = tuple(sorted(rollout.evict_layers))
         selection = self.policy.select(Scores(scores, layers, tail=n - candidates))
         query_aware = candidates < n
         source = rollout.head_cache if query_aware else rollout.cache
         cache = gather(source, selection, limit=candidates)
-        seconds = {**(seconds or {}), "selection": time.perf_counter() - start}
+        seconds = {**(seconds or {}), "selection": now(scores.device) - start}
         stats = CompressionStats(
             prompt_tokens=n,
             candidate_tokens=candidates,

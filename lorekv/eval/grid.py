@@ -21,7 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from lorekv.eval.runner import FULL
-from lorekv.eval.tasks import Sample, TaskConfig, make_sample, parse_task
+from lorekv.eval.tasks import Sample, TaskConfig, check_length, make_sample, parse_task
+from lorekv.models.bundled import BUNDLED
 from lorekv.pipeline import PipelineConfig
 from lorekv.presets import PRESETS, preset
 from lorekv.validation import describe
@@ -96,7 +97,15 @@ class MethodSpec(BaseModel):
             else:
                 config = PipelineConfig.model_validate(self.config)
             config = config.override({"policy.budget": budget})
-        return config.override(self.set) if self.set else config
+        if not self.set:
+            return config
+        changed = config.override(self.set)
+        if changed.policy.budget != budget:
+            raise ValueError(
+                f"method {self.name}: set changes the policy's budget to {changed.policy.budget}; "
+                "the grid's budgets set it (use the method's budgets to choose them)"
+            )
+        return changed
 
 
 @dataclass(frozen=True)
@@ -239,19 +248,33 @@ class GridConfig(BaseModel):
         """The budget columns ``method`` is run at (the full cache: one column)."""
         if method.is_full:
             return [FULL_BUDGET]
-        tokens = self.budgets if method.budgets is None else method.budgets
-        return [Budget(tokens=b) for b in tokens] + (
-            [] if method.budgets is not None else [Budget(ratio=r) for r in self.ratios]
-        )
+        if method.budgets is not None:
+            return [Budget(tokens=b) for b in method.budgets]
+        return [Budget(tokens=b) for b in self.budgets] + [Budget(ratio=r) for r in self.ratios]
 
     def check(self, base: Path | None = None) -> None:
-        """Build every method at every budget (at the shortest and longest prompt for ratios),
-        so that a bad option fails before any model is loaded."""
+        """Check what can be checked without a model, so that bad input fails before one is
+        loaded: every task fits every length, ``device_map`` names a loadable model, and every
+        method builds at every budget (a ratio at the shortest prompt the lengths allow, its
+        context alone in query-agnostic mode, and at the longest)."""
+        for task in self.tasks:
+            for length in self.lengths:
+                try:
+                    check_length(length, task)
+                except ValueError as error:
+                    raise ValueError(f"lengths: {error}") from None
+        if self.device_map is not None:
+            local = [m for m in self.models if m in BUNDLED or m.endswith(".gguf")]
+            if local:
+                raise ValueError(f"device_map applies to transformers directories and hub ids, not {local}")
         for method in self.methods:
+            if method.is_full:
+                continue
             for budget in self.budgets_of(method):
-                if method.is_full:
-                    continue
-                candidates = {int(0.9 * min(self.lengths)) - 1, max(self.lengths) - 1}
+                shortest = int(0.9 * min(self.lengths)) - 1
+                if "query_agnostic" in self.modes:
+                    shortest = int(0.8 * min(self.lengths))  # the question is not compressed
+                candidates = {shortest, max(self.lengths) - 1}
                 for tokens in {budget.resolve(c) for c in candidates}:
                     try:
                         method.build(tokens, base)

@@ -11,13 +11,15 @@ seeds, what a leaderboard needs to be reproduced.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import json
 import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -68,9 +70,25 @@ class EvalRow(BaseModel):
     gold_positions: list[int] | None
 
 
-def results_file(path: str | Path, header: dict[str, Any] | None = None) -> ResultsFile:
+def results_file(path: str | Path, header: dict[str, Any] | None = None, *, writable: bool = True) -> ResultsFile:
     """A grid's results file at ``path``, rows checked against :class:`EvalRow`."""
-    return ResultsFile(path, schema=EvalRow, header=header)
+    return ResultsFile(path, schema=EvalRow, header=header, writable=writable)
+
+
+@contextlib.contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``'s ``.lock`` sibling: a second writer of one results
+    file (a relaunched job, a forgotten ``--shard``) fails at once instead of doubling rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"out: {path} is being written by another process") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def parse_shard(text: str | None, environ: dict[str, str] | None = None) -> tuple[int, int]:
@@ -142,7 +160,7 @@ def run_header(grid: GridConfig, shard: tuple[int, int]) -> dict[str, Any]:
         "packages": {p: _version(p) for p in PACKAGES},
         "machine": _machine(),
         "threads": torch.get_num_threads(),
-        "device": grid.device_map or grid.device,
+        "device": grid.device_map or process_device(grid.device),
         "dtype": grid.dtype,
         "seed": grid.seed,
         "shard": list(shard),
@@ -156,9 +174,12 @@ def grid_cells(grid: GridConfig) -> list[Cell]:
 
 
 def shard_units(grid: GridConfig, shard: tuple[int, int]) -> list[Unit]:
-    """This shard's units: every N-th unit of the grid's fixed order, starting at i."""
+    """This shard's units: unit k of the grid's fixed (sample-major) order goes to shard
+    (k + k // T) mod N, T the number of tasks, so that each shard gets about as many samples of
+    every task even when N divides T."""
     index, count = shard
-    return [u for k, u in enumerate(units(grid)) if k % count == index]
+    tasks = len(grid.tasks)
+    return [u for k, u in enumerate(units(grid)) if (k + k // tasks) % count == index]
 
 
 Loader = Callable[[str, GridConfig], "tuple[PreTrainedModel, PreTrainedTokenizerBase]"]
@@ -201,6 +222,20 @@ def run_grid(
     """
     grid.check(base)
     path = shard_path(Path(out), shard)
+    with exclusive(path):
+        _run_shard(grid, path, shard, base, loader, progress, on_row)
+    return path
+
+
+def _run_shard(
+    grid: GridConfig,
+    path: Path,
+    shard: tuple[int, int],
+    base: Path | None,
+    loader: Loader,
+    progress: bool,
+    on_row: Callable[[dict[str, Any]], None] | None,
+) -> None:
     results = results_file(path, header=run_header(grid, shard))
     cells = grid_cells(grid)
     mine = shard_units(grid, shard)
@@ -222,7 +257,8 @@ def run_grid(
             if not todo:
                 continue
             if unit.model not in loaded:
-                loaded.clear()
+                loaded.clear()  # the previous model is freed before the next one loads
+                model = tokenizer = None
                 loaded[unit.model] = loader(unit.model, grid)
             model, tokenizer = loaded[unit.model]
             sample = unit.sample(tokenizer, grid.seed)
@@ -230,7 +266,6 @@ def run_grid(
             run_unit(model, tokenizer, unit, sample, todo, emit, keep_map=unit.index < grid.keep_maps, base=base)
     finally:
         bar.close()
-    return path
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:
@@ -257,11 +292,13 @@ def merge(out: str | Path, shards: Sequence[str | Path], *, allow_missing: bool 
         raise ValueError("shards: name at least one shard file to merge")
     if out.resolve() in {p.resolve() for p in paths}:
         raise ValueError(f"out: {out} is one of the shards; merge into a new file")
+    if out.exists():
+        raise ValueError(f"out: {out} exists; merge into a new file (a merge never overwrites results)")
     files = []
     for p in paths:
         if not p.is_file():
             raise ValueError(f"shard {p}: no such file")
-        f = results_file(p)
+        f = results_file(p, writable=False)
         if f.header is None:
             raise ValueError(f"shard {p}: has no run header (not written by `lorekv eval`)")
         files.append(f)
@@ -303,7 +340,7 @@ def read_results(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], lis
     """(rows, headers) of one or more results files, rows checked against :class:`EvalRow`."""
     rows, headers = [], []
     for p in paths:
-        f = results_file(p)
+        f = results_file(p, writable=False)
         rows.extend(f.records)
         if f.header is not None:
             headers.append(f.header)

@@ -248,10 +248,11 @@ def fmt_interval(mean: float, lo: float, hi: float) -> str:
 
 
 def fmt_difference(diff: PairedDifference) -> str:
-    """``+0.10 [-0.05, +0.25] 3/1/6``: mean difference, interval, wins/losses/ties; ``*`` marks
-    an interval that excludes 0."""
+    """``+0.10 [-0.05, +0.25] 3/1/6 p=0.62``: mean difference, interval, wins/losses/ties and the
+    exact sign-test p; ``*`` marks a finding (interval excludes 0 and p < 0.05)."""
     mark = " *" if diff.significant else ""
-    return f"{diff.mean:+.2f} [{diff.lo:+.2f}, {diff.hi:+.2f}]{mark} {diff.wins}/{diff.losses}/{diff.ties}"
+    tally = f"{diff.wins}/{diff.losses}/{diff.ties}"
+    return f"{diff.mean:+.2f} [{diff.lo:+.2f}, {diff.hi:+.2f}]{mark} {tally} p={diff.p_sign:.2g}"
 
 
 def fmt_seconds(seconds: float) -> str:
@@ -371,8 +372,9 @@ def macro_table(rows: Sequence[Mapping[str, Any]], *, seed: int, resamples: int)
     return [
         "### Averaged over tasks (macro)",
         "",
-        f"Mean over tasks of each task's mean, so every task weighs the same; interval: bootstrap stratified "
-        f"by task; {count}.",
+        "Mean over tasks of each task's mean, so every task weighs the same; interval: for 0/1 scores the "
+        "stratified Agresti–Coull interval (per-task variances p̃(1-p̃)/(n+4) combined), else a bootstrap "
+        f"stratified by task; {count}.",
         "",
         *table,
         "",
@@ -407,39 +409,73 @@ def paired_table(rows: Sequence[Mapping[str, Any]], reference: str, *, seed: int
     return head + [
         f"Method minus `{reference}` on the samples both answered (matched by task and sample index; "
         "the full cache pairs with every budget), pooled over tasks: mean difference, 95% paired bootstrap "
-        "interval (`*`: excludes 0; an interval that covers 0 is not a finding), then wins/losses/ties.",
+        "interval, wins/losses/ties and the exact sign-test p (McNemar for 0/1 scores); `*` marks a finding: the "
+        "interval excludes 0 and p < 0.05. An interval that covers 0 is not a finding.",
         "",
         *md_table(["method", *columns], body),
         "",
     ]
+
+
+def prefill_ratios(rows: Sequence[Mapping[str, Any]]) -> dict[Cell, float]:
+    """Median of ``compression_seconds`` / transformers' own prefill of the same prompt (the
+    row's ``seconds["reference_prefill"]``) per (method, budget_label); cells without it are absent."""
+    values: dict[Cell, list[float]] = {}
+    for row in rows:
+        floor = row["seconds"].get("reference_prefill")
+        if floor:
+            values.setdefault((str(row["method"]), str(row["budget_label"])), []).append(
+                float(row["compression_seconds"]) / float(floor)
+            )
+    return {cell: float(statistics.median(v)) for cell, v in values.items()}
 
 
 def time_table(rows: Sequence[Mapping[str, Any]], reference: str) -> list[str]:
     methods, columns = methods_of(rows), budget_labels(rows) or [FULL]
-    medians = median_seconds(rows)
+    medians, floors = median_seconds(rows), prefill_ratios(rows)
     body = []
     for method in methods:
         cells = [_method_name(method)]
         for column in columns:
-            mine = medians.get((method, cell_label(method, column)))
+            key = (method, cell_label(method, column))
+            mine = medians.get(key)
             theirs = medians.get((reference, cell_label(reference, column)))
             if mine is None:
                 cells.append(MISSING)
-            elif theirs is None or theirs <= 0:
-                cells.append(fmt_seconds(mine))
-            else:
-                cells.append(f"{fmt_seconds(mine)} ({mine / theirs:.2f}x)")
+                continue
+            ratios = [] if theirs is None or theirs <= 0 else [f"{mine / theirs:.2f}x ref"]
+            ratios += [f"{floors[key]:.2f}x prefill"] if key in floors else []
+            cells.append(fmt_seconds(mine) + (f" ({', '.join(ratios)})" if ratios else ""))
         body.append(cells)
+    floor_note = (
+        " and (`x prefill`) the median ratio to transformers' own SDPA prefill of the same prompt "
+        "(`model(ids, logits_to_keep=1)`, timed in the same process: the floor every method pays)"
+        if floors
+        else "; transformers' own prefill was not timed in this run"
+    )
     return [
         "### Compression time",
         "",
         f"Median `compression_seconds` (prefill + sampling + scoring + selection) over the samples of this run, "
-        f"and its ratio to `{reference}`'s median at the same budget. Work shared between cells (one prefill for "
-        "several methods) is attributed in full to every cell that uses it, as a standalone run would pay it.",
+        f"its ratio to `{reference}`'s median at the same budget (`x ref`){floor_note}. Work shared between cells "
+        "(one prefill for several methods) is counted in full in every cell that uses it, as a standalone run "
+        "would pay it.",
         "",
         *md_table(["method", *columns], body),
         "",
     ]
+
+
+def budget_fractions(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line: each budget column as the median fraction of the prompt's candidates it keeps."""
+    fractions: dict[str, list[float]] = {}
+    for row in rows:
+        if row["budget"] is not None:
+            fractions.setdefault(str(row["budget_label"]), []).append(row["budget"] / row["candidates"])
+    if not fractions:
+        return []
+    parts = [f"{label} keeps {statistics.median(v):.1%}" for label, v in fractions.items()]
+    return ["Budgets as a fraction of the prompt (median over samples): " + ", ".join(parts) + ".", ""]
 
 
 def figure_lines(links: Sequence[tuple[str, str]]) -> list[str]:
@@ -493,6 +529,7 @@ def build_report(
     for section, section_rows in sections(checked).items():
         model, mode, length = section
         lines += [f"## {model} · {mode} · {length} tokens", ""]
+        lines += budget_fractions(section_rows)
         lines += per_task_tables(section_rows, seed=seed, resamples=resamples)
         lines += macro_table(section_rows, seed=seed, resamples=resamples)
         lines += paired_table(section_rows, reference, seed=seed, resamples=resamples)

@@ -39,6 +39,9 @@ class ResultsFile:
             first line: written when the file is new; when it exists, its header's
             ``header_key`` field must equal this one's (a file of another run is refused).
         header_key: the header field that identifies a run (e.g. the grid's digest).
+        writable: False to only read (a report, a merge): the file is never changed, a torn
+            last line is skipped rather than repaired, temporaries are left alone, and
+            :meth:`add` is refused. A reader may then run while a writer appends.
 
     Raises:
         ValueError: a line that is not JSON, does not fit ``schema`` or repeats a key, with
@@ -53,6 +56,7 @@ class ResultsFile:
         *,
         header: dict[str, Any] | None = None,
         header_key: str = "grid",
+        writable: bool = True,
     ) -> None:
         self.path = Path(path)
         self.key = key
@@ -60,12 +64,16 @@ class ResultsFile:
         self.records: list[dict[str, Any]] = []
         self.header: dict[str, Any] | None = None
         self._keys: set[str] = set()
+        self.writable = writable
         if self.path.is_dir():
             raise ValueError(f"{self.path}: is a directory, expected a results file (.jsonl)")
-        for stale in self.path.parent.glob(f".{self.path.name}-*"):
-            stale.unlink(missing_ok=True)
+        if writable:
+            for stale in self.path.parent.glob(f".{self.path.name}-*"):
+                stale.unlink(missing_ok=True)
         if self.path.exists():
             self._read()
+        if header is not None and not writable:
+            raise ValueError("header: only a writable results file takes a header to write")
         if header is not None:
             if header.get("type") != "header":
                 raise ValueError('header must be a mapping with "type": "header"')
@@ -84,12 +92,13 @@ class ResultsFile:
         text = self.path.read_text()
         if text and not text.endswith("\n"):
             complete = text[: text.rfind("\n") + 1]
-            warnings.warn(
-                f"{self.path}: dropped a torn last line (a crash mid-write): {text[len(complete) :][:60]!r}",
-                stacklevel=3,
-            )
-            self._replace(complete)
-            text = complete
+            if self.writable:
+                warnings.warn(
+                    f"{self.path}: dropped a torn last line (a crash mid-write): {text[len(complete) :][:60]!r}",
+                    stacklevel=3,
+                )
+                self._replace(complete)
+            text = complete  # a reader skips a line being written
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -129,6 +138,8 @@ class ResultsFile:
 
     def add(self, record: dict[str, Any]) -> None:
         """Append ``record`` (checked like a line read from disk) and flush it to disk."""
+        if not self.writable:
+            raise ValueError(f"{self.path}: opened read-only")
         line = json.dumps(record)  # a record that cannot be written fails before anything changes
         records, keys = list(self.records), set(self._keys)
         self._accept(record, f"{self.path} (new record)")

@@ -9,6 +9,7 @@
 - :mod:`~lorekv.hf.rollout`: prefill once, then futures for a sampler.
 - :mod:`~lorekv.hf.compressed` and :mod:`~lorekv.hf.decoding`: the compressed cache and
   decoding from it (and the full-cache baseline).
+- :mod:`~lorekv.hf.timing`: device-synchronised clocks and transformers' own prefill time.
 
 Only this package and :mod:`lorekv.models` import transformers.
 """
@@ -20,6 +21,7 @@ from lorekv.hf.decoding import Generation, continue_full, decode, generate_full
 from lorekv.hf.inputs import check_context, check_token_ids
 from lorekv.hf.introspection import check_supported, evictable_layers, layer_types, max_positions
 from lorekv.hf.rollout import ModelRollout
+from lorekv.hf.timing import now, reference_prefill_seconds
 
 __all__ = [
     "ATTENTION_NAME",
@@ -42,6 +44,8 @@ __all__ = [
     "generate_full",
     "layer_types",
     "max_positions",
+    "now",
     "prepare",
+    "reference_prefill_seconds",
     "register",
 ]

@@ -17,6 +17,7 @@ from lorekv.hf.attention import forward, prepare
 from lorekv.hf.cache import PositionedCache
 from lorekv.hf.compressed import CompressedCache, CompressionStats
 from lorekv.hf.inputs import check_context, check_token_ids
+from lorekv.hf.timing import now
 from lorekv.token_rules import TokenRule
 from lorekv.validation import check_int_at_least
 
@@ -64,7 +65,7 @@ def decode(
         raise ValueError("nothing to decode from: a query-agnostic cache needs question_ids")
     check_context(model, compressed.next_position, feed.shape[1] + max_new_tokens, "question/answer")
     prepare(model)
-    start = time.perf_counter()
+    start = now(feed.device)
     state = compressed.fork()
     return _decode_from(
         model, state.cache, feed, state.next_position, max_new_tokens, eos_token_id, rule, compressed.stats, start
@@ -128,7 +129,7 @@ def continue_full(
     check_token_ids(model, feed, "feed")
     check_context(model, position, feed.shape[1] + max_new_tokens, "question/answer")
     prepare(model)
-    start = time.perf_counter()
+    start = now(feed.device)
     return _decode_from(model, cache.copy(), feed, position, max_new_tokens, eos_token_id, rule, None, start)
 
 
@@ -146,6 +147,6 @@ def generate_full(
     check_token_ids(model, input_ids, "input_ids")
     check_context(model, input_ids.shape[1], max_new_tokens)
     prepare(model)
-    start = time.perf_counter()
+    start = now(input_ids.device)
     cache = PositionedCache.for_model(model.config)
     return _decode_from(model, cache, input_ids, 0, max_new_tokens, eos_token_id, rule, None, start)

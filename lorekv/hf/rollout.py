@@ -49,7 +49,8 @@ class ModelRollout:
         stats_window: keep the logits of the last ``stats_window`` prompt positions for token
             statistics even when ``prefill_window`` is ``"all"``, so that one prefill serves
             both H2O's window and an int window (the evaluation grid shares prefills). Default:
-            ``prefill_window`` for an int window, none for ``"all"``.
+            ``prefill_window`` for an int window, none for ``"all"``. ``prompt_window("all")``
+            reports zero statistics whatever it is, so its result does not depend on it.
     """
 
     def __init__(
@@ -149,16 +150,22 @@ class ModelRollout:
 
     def prompt_window(self, window: int | Literal["all"]) -> Trajectories:
         n, captured = self.prompt_length, self._captured
-        if window == "all":
+        every = window == "all"
+        if every:
             window = n
         if not 1 <= window <= captured:
             raise ValueError(
                 f"window must lie in [1, {captured}] (the prefill captured "
                 f"{captured} queries of a {n}-token prompt), got {window}"
             )
-        tokens = self.prompt_ids[:, n - window :]
         kept = self.prompt_logits.shape[0]
-        predicting = self.prompt_logits[-window - 1 : -1] if kept > window or kept == n else self.prompt_logits[:0]
+        if not every and kept <= window and kept < n:
+            raise ValueError(
+                f"window {window}: the prefill kept the logits of the last {kept} prompt positions only "
+                f"(stats_window={kept - 1}); their token statistics need {window + 1}"
+            )
+        tokens = self.prompt_ids[:, n - window :]
+        predicting = self.prompt_logits[:0] if every else self.prompt_logits[-window - 1 : -1]
         pad = window - predicting.shape[0]  # the prompt's first token has no logits predicting it
         lp, ent = token_stats(predicting, tokens[0, pad:])
         lp = torch.cat([lp.new_zeros(pad), lp]).unsqueeze(0)

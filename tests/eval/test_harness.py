@@ -12,7 +12,7 @@ import pytest
 import yaml
 from tiny_models import tiny_llama, word_tokenizer
 
-from lorekv.eval.grid import GridConfig
+from lorekv.eval.grid import GridConfig, units
 from lorekv.eval.harness import merge, parse_shard, read_results, run_grid, shard_path
 
 GRID = {
@@ -45,6 +45,9 @@ def test_a_grid_runs_every_cell_once_with_a_header(tmp_path) -> None:
     assert {"commit", "packages", "machine", "threads", "seed", "started"} <= header.keys()
     assert header["packages"]["torch"] and header["machine"]["cores"] >= 1
     assert {r["budget_label"] for r in rows} == {"full", "B=8", "B=16", "ratio=0.5"}
+    for r in rows:
+        if r["ratio"] is not None:
+            assert r["budget"] == round(0.5 * r["candidates"]) and r["kept"] == r["budget"]
     assert all(0.0 <= r["score"] <= 1.0 for r in rows)
     maps = [r for r in rows if r["keep_map"] is not None]
     assert maps and {r["index"] for r in maps} == {0} and all(r["gold_positions"] for r in maps)
@@ -110,6 +113,9 @@ def test_shard_parsing_and_environment() -> None:
         ({"methods": ["lore_kv", "lore_kv"]}, "distinct"),
         ({"methods": [{"name": "x", "preset": "lore_kv", "budgets": [64]}]}, "among the grid's budgets"),
         ({"surprise": 1}, "surprise"),
+        ({"lengths": [128]}, "lengths: length must be an integer >= 256"),
+        ({"models": ["smollm2-135m-instruct"], "device_map": "auto"}, "device_map applies to"),
+        ({"methods": [{"name": "x", "preset": "lore_kv", "set": {"policy.budget": 64}}]}, "set changes the policy"),
     ],
 )
 def test_bad_grids_are_refused_before_any_work(tmp_path, change, match) -> None:
@@ -183,3 +189,51 @@ def test_merge_refuses_shards_of_different_grids_and_missing_cells(tmp_path) -> 
     with pytest.raises(ValueError, match="also in another shard"):
         merge(tmp_path / "m2.jsonl", [a, a])
     assert json.loads((tmp_path / "m.jsonl").read_text().splitlines()[0])["type"] == "header"
+
+
+def test_a_pipeline_file_runs_at_every_budget_of_the_grid(tmp_path) -> None:
+    from lorekv import preset
+
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "mine.yaml").write_text(preset("lore_kv", 99, num_futures=2).to_yaml())
+    grid = GridConfig.model_validate(
+        {**GRID, "methods": [{"name": "mine", "config": "pipelines/mine.yaml"}], "ratios": [], "samples": 1}
+    )
+    path = run_grid(grid, tmp_path / "r.jsonl", base=tmp_path, loader=tiny_loader, progress=False)
+    rows, _ = read_results([path])
+    assert {(r["method"], r["budget"]) for r in rows} == {("mine", 8), ("mine", 16)}
+    assert all(r["kept"] == r["budget"] for r in rows)
+    with pytest.raises(ValueError, match="no such pipeline config file"):
+        grid.check(base=tmp_path / "elsewhere")
+
+
+def test_a_second_writer_of_one_results_file_is_refused(tmp_path) -> None:
+    from lorekv.eval.harness import exclusive
+
+    out = tmp_path / "r.jsonl"
+    with exclusive(out), pytest.raises(ValueError, match="being written by another process"):
+        run_grid(GridConfig.model_validate({**GRID, "samples": 1}), out, loader=tiny_loader, progress=False)
+    run_grid(GridConfig.model_validate({**GRID, "samples": 1}), out, loader=tiny_loader, progress=False)
+
+
+def test_readers_never_change_a_file_being_written(tmp_path) -> None:
+    out = run_grid(
+        GridConfig.model_validate({**GRID, "samples": 1}), tmp_path / "r.jsonl", loader=tiny_loader, progress=False
+    )
+    text = out.read_text()
+    out.write_text(text + '{"type": "row", "id": "half')  # a writer mid-append
+    rows, headers = read_results([out])
+    assert len(rows) == len(text.splitlines()) - 1 and headers
+    assert out.read_text() == text + '{"type": "row", "id": "half'
+    with pytest.raises(ValueError, match="exists"):
+        merge(out, [tmp_path / "other.jsonl"])
+
+
+def test_shards_hold_every_task_even_when_the_shard_count_divides_the_task_count() -> None:
+    from lorekv.eval.harness import shard_units
+
+    grid = GridConfig.model_validate({**GRID, "samples": 4, "modes": ["query_aware"]})
+    for i in range(2):
+        mine = shard_units(grid, (i, 2))
+        assert {u.task.label for u in mine} == {t.label for t in grid.tasks} and len(mine) == 4
+    assert sorted(u.key for i in range(2) for u in shard_units(grid, (i, 2))) == sorted(u.key for u in units(grid))

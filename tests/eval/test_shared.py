@@ -49,6 +49,13 @@ METHODS = [
     MethodSpec(name="lore_kv_oracle", preset="lore_kv", oracle=True),
     MethodSpec(name="window_control", preset="lore_kv", set={"sampler": {"name": "prompt_window", "window": 4}}),
     MethodSpec(name="snapkv", preset="snapkv", options={"window": 4}),
+    MethodSpec(name="snapkv_w6", preset="snapkv", options={"window": 6}),
+    MethodSpec(name="lore_kv_last_query", preset="lore_kv", set={"sampler.include_last_prompt_query": True}),
+    MethodSpec(
+        name="window_reliability",
+        preset="lore_kv",
+        set={"sampler": {"name": "prompt_window", "window": 5}, "aggregator": {"name": "reliability"}},
+    ),
     MethodSpec(name="pyramidkv", preset="pyramidkv", options={"window": 4}),
     MethodSpec(name="ada_kv", preset="ada_kv", options={"window": 4}),
     MethodSpec(name="critical_kv", preset="critical_kv", options={"window": 4}),

@@ -158,3 +158,33 @@ def test_prompt_window_token_stats_are_the_models_own(window: int) -> None:
     expected_entropy = -(rows.exp() * rows).sum(-1)
     torch.testing.assert_close(futures.logprobs[0].double(), expected_lp, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(futures.entropies[0].double(), expected_entropy, rtol=1e-5, atol=1e-6)
+
+
+def test_a_wider_stats_window_serves_smaller_windows_and_every_query() -> None:
+    """One prefill capturing every query with stats for 6 positions (the grid's shared prefill)
+    gives windows 1..6 the stats of their own prefill, and ``"all"`` zero stats, as its own does."""
+    model = prepare(tiny_llama(14, layers=2))
+    ids = random_ids(19, seed=25)
+    layers = evictable_layers(model)
+    shared = ModelRollout(model, ids, layers, prefill_window="all", stats_window=6)
+    for window in (1, 4, 6):
+        own = ModelRollout(model, ids, layers, prefill_window=window).prompt_window(window)
+        mine = shared.prompt_window(window)
+        assert torch.equal(mine.logprobs, own.logprobs) and torch.equal(mine.entropies, own.entropies)
+        assert torch.equal(mine.layers[0].queries, own.layers[0].queries)
+    every = shared.prompt_window("all")
+    alone = ModelRollout(model, ids, layers, prefill_window="all").prompt_window("all")
+    assert torch.equal(every.logprobs, alone.logprobs) and not every.logprobs.any()
+    with pytest.raises(ValueError, match="window 7: the prefill kept the logits of the last 7 prompt positions only"):
+        shared.prompt_window(7)
+
+
+def test_transformers_own_prefill_is_timed_and_lorekv_attention_restored() -> None:
+    from lorekv.hf import ATTENTION_NAME, reference_prefill_seconds
+
+    model = prepare(tiny_llama(14, layers=2))
+    ids = random_ids(19, seed=25)
+    before = ModelRollout(model, ids, evictable_layers(model)).last_logits
+    assert reference_prefill_seconds(model, ids) > 0
+    assert model.config._attn_implementation == ATTENTION_NAME
+    assert torch.equal(ModelRollout(model, ids, evictable_layers(model)).last_logits, before)

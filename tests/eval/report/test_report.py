@@ -90,7 +90,10 @@ def test_paired_differences_sign_counts_and_default_reference() -> None:
     text = build_report(rows)
     assert "reference method `snapkv` (the first method that is not the full cache)" in text
     paired = section_of(text, "### Paired differences to `snapkv`")
-    assert table_row(paired, "lore_kv")[0].startswith("+0.30 [") and "3/0/7 (n=10)" in table_row(paired, "lore_kv")[0]
+    assert (
+        table_row(paired, "lore_kv")[0].startswith("+0.30 [")
+        and "3/0/7 p=0.25 (n=10)" in table_row(paired, "lore_kv")[0]
+    )
     assert table_row(paired, "tova")[0].startswith("-0.30 [") and "0/3/7" in table_row(paired, "tova")[0]
     assert table_row(paired, "full")[0].startswith("+0.40 [") and "4/0/6" in table_row(paired, "full")[0]
     assert "`snapkv`" not in [line.split("|")[1].strip() for line in paired.splitlines() if line.startswith("|")]
@@ -100,7 +103,7 @@ def test_paired_differences_use_only_shared_samples() -> None:
     rows = cell_rows("t", "snapkv", "B=64", [0, 0, 0, 0]) + cell_rows("t", "lore_kv", "B=64", [1, 1])
     rows += [make_row(task="u", index=0, method="lore_kv", score=1.0)]  # no snapkv row for task u
     paired = section_of(build_report(rows), "### Paired differences")
-    assert table_row(paired, "lore_kv")[0].endswith("2/0/0 (n=2)")
+    assert table_row(paired, "lore_kv")[0].endswith("2/0/0 p=0.5 (n=2)")
 
 
 def test_reference_may_be_the_full_cache() -> None:
@@ -178,9 +181,25 @@ def test_compression_time_medians_and_ratios() -> None:
     rows += [make_row(task="t", index=i, method="lore_kv", seconds=s) for i, s in enumerate([3.0, 5.0, 100.0])]
     timing = section_of(build_report(rows), "### Compression time")
     assert "Median `compression_seconds`" in timing and "over the samples of this run" in timing
-    assert table_row(timing, "snapkv") == ["2.00 s (1.00x)"]
-    assert table_row(timing, "lore_kv") == ["5.00 s (2.50x)"]
-    assert "attributed in full to every cell" in timing
+    assert table_row(timing, "snapkv") == ["2.00 s (1.00x ref)"]
+    assert table_row(timing, "lore_kv") == ["5.00 s (2.50x ref)"]
+    assert "counted in full in every cell" in timing and "prefill was not timed in this run" in timing
+
+
+def test_compression_time_against_transformers_prefill() -> None:
+    rows = cell_rows("t", "snapkv", "B=64", [1, 0, 1], seconds=2.0)
+    for row, floor in zip(rows, [1.0, 2.0, 4.0], strict=True):
+        row["seconds"]["reference_prefill"] = floor
+    timing = section_of(build_report(rows), "### Compression time")
+    assert table_row(timing, "snapkv") == ["2.00 s (1.00x ref, 1.00x prefill)"]  # median of 2, 1, 0.5
+    assert "transformers' own SDPA prefill" in timing
+
+
+def test_budgets_are_stated_as_a_fraction_of_the_prompt() -> None:
+    rows = cell_rows("t", "snapkv", "B=64", [1, 0, 1])
+    for row in rows:
+        row["candidates"] = 640
+    assert "B=64 keeps 10.0%" in build_report(rows)
 
 
 def test_header_summary_is_shown_and_tolerant() -> None:

@@ -181,11 +181,29 @@ def test_macro_of_one_task_is_its_mean_interval() -> None:
 
 
 def test_macro_stratifies_by_task() -> None:
-    """A task with a constant score adds no variance: the interval is half the other task's."""
-    varied = [1.0] * 10 + [0.0] * 10
-    _, lo, hi = macro_interval({"a": varied, "b": [1.0] * 20}, resamples=20_000)
-    # stratified: sd = 0.5 * sd(mean of a) = 0.5 * 0.5 / sqrt(20); pooled over 40 samples it would be ~0.06
-    assert math.isclose(hi - lo, 2 * 1.96 * 0.5 * 0.5 / math.sqrt(20), rel_tol=0.15)
+    """A task with a constant (fractional) score adds no variance: the interval is half the other task's."""
+    varied = [0.9] * 10 + [0.1] * 10
+    _, lo, hi = macro_interval({"a": varied, "b": [0.5] * 20}, resamples=20_000)
+    # stratified: sd = 0.5 * sd(mean of a) = 0.5 * 0.4 / sqrt(20); pooled over 40 samples it would be wider
+    assert math.isclose(hi - lo, 2 * 1.96 * 0.5 * 0.4 / math.sqrt(20), rel_tol=0.15)
+
+
+def test_macro_of_binary_tasks_at_the_edges_is_not_a_point() -> None:
+    """Every task at 20/20: the stratified bootstrap would give [1, 1]; Agresti–Coull does not."""
+    mean, lo, hi = macro_interval({"a": [1.0] * 20, "b": [1.0] * 20})
+    tilde = 22 / 24
+    half = 1.96 * math.sqrt(2 * tilde * (1 - tilde) / 24) / 2
+    assert mean == hi == 1.0 and lo == pytest.approx(1.0 - half) and lo < 0.95
+    mean, lo, hi = macro_interval({"a": [0.0] * 20, "b": [1.0] * 20})
+    assert mean == 0.5 and lo < 0.5 < hi
+
+
+def test_few_one_sided_discordant_pairs_are_not_a_finding() -> None:
+    """4 wins, 0 losses, 16 ties: the bootstrap interval excludes 0, exact McNemar p = 0.125."""
+    diff = paired_difference([1.0] * 4 + [0.0] * 16, [0.0] * 20)
+    assert diff.lo > 0 and diff.p_sign == pytest.approx(0.125) and not diff.significant
+    strong = paired_difference([1.0] * 8 + [0.0] * 12, [0.0] * 20)
+    assert strong.p_sign == pytest.approx(2 / 2**8) and strong.significant
 
 
 @given(st.dictionaries(st.sampled_from("abcd"), st.one_of(binary, fractional), min_size=1), st.integers(0, 100))

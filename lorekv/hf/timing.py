@@ -1,0 +1,37 @@
+"""Wall-clock timing that is honest on accelerators, and the prefill every method pays.
+
+CUDA kernels run asynchronously: reading the clock without synchronising charges a phase's
+GPU work to whichever later phase first waits for the device. :func:`now` synchronises the
+device first (a no-op on the CPU).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import PreTrainedModel
+
+from lorekv.hf.attention import ATTENTION_NAME
+
+
+def now(device: torch.device | str | None = None) -> float:
+    """``time.perf_counter()`` after the work queued on ``device`` (if CUDA) has finished."""
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+@torch.no_grad()
+def reference_prefill_seconds(model: PreTrainedModel, input_ids: torch.Tensor) -> float:
+    """Seconds of transformers' own prefill of ``input_ids`` (1, n): ``model(ids,
+    logits_to_keep=1)`` with SDPA attention and its own cache, the floor every eviction method
+    pays (DESIGN section 6). The model's attention implementation is restored afterwards."""
+    previous = getattr(model.config, "_attn_implementation", None)
+    model.set_attn_implementation("sdpa")
+    try:
+        start = now(input_ids.device)
+        model(input_ids, logits_to_keep=1)
+        return now(input_ids.device) - start
+    finally:
+        model.set_attn_implementation(previous or ATTENTION_NAME)
