@@ -237,3 +237,12 @@ def test_shards_hold_every_task_even_when_the_shard_count_divides_the_task_count
         mine = shard_units(grid, (i, 2))
         assert {u.task.label for u in mine} == {t.label for t in grid.tasks} and len(mine) == 4
     assert sorted(u.key for i in range(2) for u in shard_units(grid, (i, 2))) == sorted(u.key for u in units(grid))
+
+
+def test_a_compression_ratio_is_the_fraction_evicted() -> None:
+    from lorekv.eval.grid import Budget
+
+    assert Budget(ratio=0.75).resolve(100) == 25 and Budget(ratio=0.9).resolve(1000) == 100
+    assert Budget(ratio=0.75).label == "ratio=0.75" and Budget(tokens=16).resolve(100) == 16
+    with pytest.raises(ValueError, match="keeps no token"):
+        Budget(ratio=0.99).resolve(20)
