@@ -41,7 +41,9 @@ def paired(a: Scores, b: Scores) -> str:
     keys = sorted(a.keys() & b.keys())
     d = paired_difference([a[k] for k in keys], [b[k] for k in keys])
     star = " *" if d.significant else ""
-    return f"{d.mean:+.2f} [{d.lo:+.2f}, {d.hi:+.2f}]{star} W/L/T {d.wins}/{d.losses}/{d.ties} (n={d.n})"
+    return (
+        f"{d.mean:+.2f} [{d.lo:+.2f}, {d.hi:+.2f}]{star} W/L/T {d.wins}/{d.losses}/{d.ties} p={d.p_sign:.2g} (n={d.n})"
+    )
 
 
 def macro(scores: Scores, keys: list[tuple[str, int]]) -> str:

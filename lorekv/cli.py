@@ -296,6 +296,9 @@ def report(
         str | None, typer.Option(help="Method the ablation groups vary (default: lore_kv when present).")
     ] = None,
     figures: Annotated[bool, typer.Option(help="Draw the matplotlib figures.")] = True,
+    task: Annotated[
+        list[str] | None, typer.Option(help="Report only this task label (repeatable), e.g. niah_single.")
+    ] = None,
 ) -> None:
     """Write the Markdown report (tables with 95% intervals, paired differences) and figures."""
     from lorekv.eval.harness import read_results
@@ -304,6 +307,12 @@ def report(
     rows, headers = read_results(results)
     if not rows:
         raise ValueError(f"results: no rows in {', '.join(map(str, results))}")
+    if task:
+        present = {r["task"] for r in rows}
+        unknown = [t for t in task if t not in present]
+        if unknown:
+            raise ValueError(f"task: no rows for {unknown}; tasks present: {', '.join(sorted(present))}")
+        rows = [r for r in rows if r["task"] in task]
     path = write_report(rows, headers, out, reference=reference, baseline=baseline, figures=figures)
     typer.echo(str(path))
 
