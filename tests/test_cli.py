@@ -131,3 +131,23 @@ def test_report_writes_tables_and_figures_from_a_results_file(tmp_path) -> None:
     figures = sorted(p.name for p in (tmp_path / "report" / "figures").iterdir())
     assert figures and all((tmp_path / "report" / "figures" / f).stat().st_size > 1000 for f in figures)
     assert any("keep" in f for f in figures) and any("budget" in f for f in figures)
+
+
+def test_report_keeps_only_the_named_tasks(tmp_path) -> None:
+    from tiny_models import tiny_llama, word_tokenizer
+
+    from lorekv.eval import GridConfig, run_grid
+
+    grid = GridConfig.model_validate({
+        "models": ["tiny"], "methods": ["full"], "tasks": ["niah_single", "niah_multikey"], "lengths": [300],
+        "samples": 1,
+    })  # fmt: skip
+    path = run_grid(
+        grid, tmp_path / "r.jsonl", loader=lambda name, g: (tiny_llama().float(), word_tokenizer()), progress=False
+    )
+    code, output = run("report", str(path), "--out", str(tmp_path / "rep"), "--no-figures", "--task", "niah_multikey")
+    assert code == 0, output
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "**niah_multikey**" in text and "**niah_single**" not in text
+    code, output = run("report", str(path), "--task", "nope")
+    assert code == 2 and "task: no rows for ['nope']" in output
