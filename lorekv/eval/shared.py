@@ -11,9 +11,8 @@ independent ``Pipeline.generate`` (tested); the full cache answers from the shar
 
 A cell's reported times are what a standalone run would pay: the shared prefill, its
 sampler's futures and its scorer's scores are counted in every cell that uses them (the
-shared prefill captures the widest query window any method needs, which costs little: on
-SmolLM2 at 1.5K tokens, capturing every prompt query took 3.89 s against 3.65 s for the last
-8, medians of 3).
+shared prefill captures the widest query window any method needs: it stores the queries the
+prefill computes anyway, so a cell with a narrow window pays slightly more than it would alone).
 Each unit also times transformers' own SDPA prefill of the prompt (``reference_prefill``),
 the floor every method pays, so costs can be stated as ratios to it.
 """
