@@ -32,7 +32,8 @@ def reference_attention(query, prefix_keys, prefix_values, prefix_pos, keys, val
             pos = torch.cat([prefix_pos[0, gi], key_pos[bi, gi]])
             for qi in range(q):
                 qp = int(query_pos[qi])
-                ok = torch.tensor([p != PADDING and p <= qp and (window is None or p > qp - window) for p in pos.tolist()])
+                seen = [p != PADDING and p <= qp and (window is None or p > qp - window) for p in pos.tolist()]
+                ok = torch.tensor(seen)
                 logits = (k @ query[bi, hi, qi].double()) * scale
                 logits[~ok] = -torch.inf
                 out[bi, hi, qi] = torch.softmax(logits, 0) @ v
