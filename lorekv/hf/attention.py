@@ -22,7 +22,8 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
 
-from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer
+from lorekv.compiling import compiled
+from lorekv.hf.cache import PADDING, PositionedCache
 from lorekv.hf.context import ForwardPass, active_pass, running
 
 ATTENTION_NAME = "lorekv"
@@ -102,9 +103,11 @@ def lorekv_attention(
     layer = active.cache.layers[module.layer_idx]
     window = sliding_window if sliding_window is not None else layer.window
     if layer.prefix is not None:
-        out = shared_prefix_attention(
-            query, key, value, layer.prefix, active.key_positions[module.layer_idx], active.query_positions,
-            window, scaling,
+        prefix = layer.prefix
+        cascade = compiled(shared_prefix_attention) if active.compile else shared_prefix_attention
+        out = cascade(
+            query, key, value, active.key_positions[module.layer_idx], active.query_positions,
+            prefix.keys, prefix.values, prefix.positions, prefix.padded, window, scaling,
         )  # fmt: skip
         return out.transpose(1, 2).contiguous(), None
     q_len, k_len = query.shape[2], key.shape[2]
@@ -126,9 +129,12 @@ def shared_prefix_attention(
     query: torch.Tensor,
     keys: torch.Tensor,
     values: torch.Tensor,
-    prefix: PositionedLayer,
     key_positions: torch.Tensor,
     query_positions: torch.Tensor,
+    prefix_keys: torch.Tensor,
+    prefix_values: torch.Tensor,
+    prefix_positions: torch.Tensor,
+    prefix_padded: bool,
     window: int | None,
     scaling: float,
 ) -> torch.Tensor:
@@ -137,7 +143,8 @@ def shared_prefix_attention(
     Args:
         query: (B, H, q, d) the branches' queries at ``query_positions`` (q,).
         keys, values: (B, G, S, d) each branch's own entries, at ``key_positions`` (B, G, S).
-        prefix: the shared batch-1 layer (1, G, K, d), every entry before every query.
+        prefix_keys, prefix_values: (1, G, K, d) the shared batch-1 layer, every entry before
+            every query, at ``prefix_positions`` (1, G, K); ``prefix_padded``: some are padding.
         window: the layer's sliding window (None: full attention).
 
     Returns:
@@ -153,11 +160,11 @@ def shared_prefix_attention(
     g = keys.shape[1]
     r = h // g
     prefix_mask = None
-    if prefix.padded or window is not None:
-        prefix_mask = position_mask(prefix.positions, query_positions, window)  # (1, G, q, K)
+    if prefix_padded or window is not None:
+        prefix_mask = position_mask(prefix_positions, query_positions, window)  # (1, G, q, K)
         prefix_mask = repeat(prefix_mask, "1 g q k -> 1 g (b r q) k", b=b, r=r)
     folded = rearrange(query, "b (g r) q d -> 1 g (b r q) d", g=g)
-    out_p, lse_p = partial_attention(folded, prefix.keys, prefix.values, prefix_mask, scaling)
+    out_p, lse_p = partial_attention(folded, prefix_keys, prefix_values, prefix_mask, scaling)
     out_p = rearrange(out_p, "1 g (b r q) d -> b (g r) q d", b=b, r=r)
     lse_p = rearrange(lse_p, "1 g (b r q) -> b (g r) q", b=b, r=r)
 
@@ -236,15 +243,17 @@ def forward(
     *,
     capture: QueryCapture | None = None,
     logits_to_keep: int = 1,
+    compile: bool = False,
 ) -> torch.Tensor:
     """Run ``input_ids`` (B, q) at ``positions`` (q,) through ``model``, appending to ``cache``.
 
     Returns the logits (B, logits_to_keep, V) in float32. ``model`` must have been through
-    :func:`prepare`.
+    :func:`prepare`. ``compile``: run lorekv's own attention kernels (the branches' cascade
+    attention) through ``torch.compile``.
     """
     batch, q_len = input_ids.shape
     positions = positions.to(input_ids.device)
-    with running(ForwardPass(cache, positions, capture)):
+    with running(ForwardPass(cache, positions, capture, compile=compile)):
         out = model(
             input_ids=input_ids,
             position_ids=positions.view(1, q_len).expand(batch, q_len),

@@ -55,6 +55,8 @@ class ModelRollout:
             both H2O's window and an int window (the evaluation grid shares prefills). Default:
             ``prefill_window`` for an int window, none for ``"all"``. ``prompt_window("all")``
             reports zero statistics whatever it is, so its result does not depend on it.
+        compile: decode the futures with lorekv's attention kernels compiled
+            (:func:`lorekv.hf.attention.forward`'s ``compile``).
     """
 
     def __init__(
@@ -67,8 +69,10 @@ class ModelRollout:
         tokenizer: Any | None = None,
         candidates: int | None = None,
         stats_window: int | None = None,
+        compile: bool = False,
     ) -> None:
         self.model = model
+        self.compile = compile
         self.prompt_ids = input_ids
         self.prompt_length = input_ids.shape[1]
         self.evict_layers = frozenset(evict_layers)
@@ -126,7 +130,8 @@ class ModelRollout:
             token = rule(logits)
             lp, ent = token_stats(logits, token, validate=False)
             ids.append(token), logprobs.append(lp), entropies.append(ent)
-            logits = forward(self.model, token.view(-1, 1), cache, positions[t : t + 1], capture=capture)[:, -1]
+            step = positions[t : t + 1]
+            logits = forward(self.model, token.view(-1, 1), cache, step, capture=capture, compile=self.compile)[:, -1]
         return self._trajectories(
             torch.stack(ids, 1), torch.stack(logprobs, 1), torch.stack(entropies, 1), capture, cache
         )
@@ -141,7 +146,10 @@ class ModelRollout:
         token_ids = token_ids.to(self.prompt_ids.device)
         cache = self.cache.branches(m)
         capture = QueryCapture(self.evict_layers)
-        logits = forward(self.model, token_ids, cache, self._positions(t), capture=capture, logits_to_keep=t)
+        positions = self._positions(t)
+        logits = forward(
+            self.model, token_ids, cache, positions, capture=capture, logits_to_keep=t, compile=self.compile
+        )
         before = torch.cat([self.last_logits.expand(m, -1).unsqueeze(1), logits[:, :-1]], dim=1)
         lp, ent = token_stats(before.flatten(0, 1), token_ids.flatten())
         return self._trajectories(token_ids, lp.view(m, t), ent.view(m, t), capture, cache)

@@ -75,7 +75,9 @@ def test_cascade_attention_equals_attention_over_the_concatenation(
     values = torch.randn(branches, g, own + q, d, generator=gen)
     query = torch.randn(branches, h, q, d, generator=gen)
     query_pos = torch.arange(start + own, start + own + q)
-    got = shared_prefix_attention(query, keys, values, prefix, key_pos, query_pos, window, 0.35)
+    got = shared_prefix_attention(
+        query, keys, values, key_pos, query_pos, prefix.keys, prefix.values, prefix.positions, padded, window, 0.35
+    )
     want = reference_attention(
         query, prefix.keys, prefix.values, prefix.positions, keys, values, key_pos, query_pos, window, 0.35
     )
