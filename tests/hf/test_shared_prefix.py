@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from tiny_models import random_ids, tiny_gemma3, tiny_llama
 
 from lorekv import token_rules
-from lorekv.hf.attention import forward, partial_attention, prepare, shared_prefix_attention
+from lorekv.hf.attention import (
+    forward,
+    partial_attention,
+    prepare,
+    reference_partial_attention,
+    shared_prefix_attention,
+)
 from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer
 from lorekv.hf.rollout import ModelRollout
 
@@ -84,14 +90,16 @@ def test_cascade_attention_equals_attention_over_the_concatenation(
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("kernel", [partial_attention, reference_partial_attention], ids=["fused-cpu", "reference"])
 @pytest.mark.parametrize("masked", [False, True])
-def test_partial_attention_fused_kernel_equals_the_float32_reference(masked: bool) -> None:
+def test_partial_attention_equals_float64_softmax(kernel, masked: bool) -> None:
+    """Both the CPU kernel and the plain path other devices take."""
     gen = torch.Generator().manual_seed(3)
     query, keys, values = (torch.randn(2, 3, 5, 8, generator=gen) for _ in range(3))
     mask = torch.rand(2, 3, 5, 5, generator=gen) < 0.5 if masked else None
     if masked:
         mask[0, 0, 0] = False  # a query that sees nothing: output 0, log-sum-exp -inf
-    out, lse = partial_attention(query, keys, values, mask, 0.5)
+    out, lse = kernel(query, keys, values, mask, 0.5)
     logits = (query.double() @ keys.double().transpose(-1, -2)) * 0.5
     if masked:
         logits = logits.masked_fill(~mask, -torch.inf)
