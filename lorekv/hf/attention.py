@@ -51,8 +51,11 @@ class QueryCapture:
         idx = module.layer_idx
         if idx not in self.layers:
             return
-        q = query if self.last is None else query[:, :, -self.last :, :]
-        self.queries.setdefault(idx, []).append(q.detach())
+        if self.last is None or query.shape[2] <= self.last:
+            q = query.detach()
+        else:  # a copy: a view would keep the whole prefill's queries of every layer alive
+            q = query[:, :, -self.last :, :].detach().clone()
+        self.queries.setdefault(idx, []).append(q)
         self.o_proj[idx] = module.o_proj.weight.detach()
         self.scaling[idx] = float(scaling)
 
