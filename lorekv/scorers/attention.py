@@ -93,11 +93,11 @@ def causal_attention(layer: LayerCapture) -> CausalAttention:
     """
     dtype = compute_dtype(layer)
     g = layer.num_kv_heads
-    queries = split_heads(layer.queries.to(dtype), g)
+    queries = split_heads(layer.queries.to(dtype) * layer.scaling, g)
     prompt = einsum(queries, layer.prompt_keys.to(dtype), "m g r t d, g n d -> m g r t n")
     own = einsum(queries, layer.response_keys.to(dtype), "m g r t d, m g s d -> m g r t s")
     visible = layer.visible()
-    logits = torch.cat([prompt, own], dim=-1).mul_(layer.scaling).masked_fill_(~visible, float("-inf"))
+    logits = torch.cat([prompt, own], dim=-1).masked_fill_(~visible, float("-inf"))
     weights = torch.softmax(logits, dim=-1).masked_fill_(~visible, 0.0)
     return CausalAttention(
         weights=merge_heads(weights),
