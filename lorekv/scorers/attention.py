@@ -16,8 +16,7 @@ normalisation of a and in o. GQA is handled by splitting the query heads into
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from einops import einsum, rearrange
@@ -35,7 +34,9 @@ class CausalAttention:
         visible: (T, n+R) bool, query t may attend to key j.
         prompt_length: n; keys ``0..n-1`` are the prompt tokens.
         logits: (M, H, T, n+R) scaling * q . k_j, -inf on keys the query cannot see.
-        layer: the capture the attention was computed from (its values give :attr:`output`).
+        layer: the capture the attention was computed from (its values, for :meth:`combine`).
+        output: (M, H, T, d) attention output o = sum_j a_j v_j; None when not asked for
+            (attention mass needs only the weights).
     """
 
     weights: torch.Tensor
@@ -43,6 +44,7 @@ class CausalAttention:
     prompt_length: int
     logits: torch.Tensor
     layer: LayerCapture
+    output: torch.Tensor | None
 
     @property
     def prompt_weights(self) -> torch.Tensor:
@@ -53,12 +55,6 @@ class CausalAttention:
     def response_weights(self) -> torch.Tensor:
         """(M, H, T, R) the weights on each future's own keys."""
         return self.weights[..., self.prompt_length :]
-
-    @functools.cached_property
-    def output(self) -> torch.Tensor:
-        """(M, H, T, d) attention output o = sum_j a_j v_j (computed on first use: attention mass
-        needs only the weights)."""
-        return self.combine(self.weights)
 
     def combine(self, weights: torch.Tensor) -> torch.Tensor:
         """(M, H, T, d) sum_j w_j v_j for weights (M, H, T, n+R) over [prompt, response] values.
@@ -79,7 +75,7 @@ class CausalAttention:
         return self.visible.sum(dim=-1) == 1
 
 
-def causal_attention(layer: LayerCapture) -> CausalAttention:
+def causal_attention(layer: LayerCapture, *, output: bool = True) -> CausalAttention:
     """Recompute the layer's causal attention in :func:`compute_dtype`.
 
     Args:
@@ -87,7 +83,7 @@ def causal_attention(layer: LayerCapture) -> CausalAttention:
             (M, G, R, d), visibility (T, n+R) via ``layer.visible()``.
 
     Returns:
-        The weights (M, H, T, n+R) (outputs (M, H, T, d) on demand). A query that sees no key
+        The weights (M, H, T, n+R) and, with ``output``, the outputs (M, H, T, d). A query that sees no key
         at all (position < 0) gets all-zero weights and a zero output. The prompt keys are
         never copied per future: prompt and response logits are computed apart and joined.
     """
@@ -99,13 +95,15 @@ def causal_attention(layer: LayerCapture) -> CausalAttention:
     visible = layer.visible()
     logits = torch.cat([prompt, own], dim=-1).masked_fill_(~visible, float("-inf"))
     weights = torch.softmax(logits, dim=-1).masked_fill_(~visible, 0.0)
-    return CausalAttention(
+    attention = CausalAttention(
         weights=merge_heads(weights),
         visible=visible,
         prompt_length=layer.prompt_length,
         logits=merge_heads(logits),
         layer=layer,
+        output=None,
     )
+    return replace(attention, output=attention.combine(attention.weights)) if output else attention
 
 
 def compute_dtype(layer: LayerCapture) -> torch.dtype:

@@ -30,4 +30,4 @@ class AttentionMassScorer(Scorer):
 
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
         """(M, H, T, n) attention weights on the prompt keys."""
-        return causal_attention(layer).prompt_weights
+        return causal_attention(layer, output=False).prompt_weights

@@ -65,7 +65,7 @@ class CriticalMassScorer(Scorer):
 
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
         """(M, H, T, n) attention weights on the prompt keys (the base score before reduction)."""
-        return causal_attention(layer).prompt_weights
+        return causal_attention(layer, output=False).prompt_weights
 
     def score_layer(self, layer: LayerCapture) -> torch.Tensor:
         """(M, G, n) two-stage scores of one layer: stage 1 in [1, 3], stage 2 in [0, 1/2]."""
