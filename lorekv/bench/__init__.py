@@ -1,0 +1,1 @@
+"""The cost benchmark (``lorekv bench``)."""
