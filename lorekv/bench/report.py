@@ -75,6 +75,8 @@ def table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], *, a
         rest = [f"{str(c):{align}{w}}" for c, w in zip(cells[1:], widths[1:], strict=True)]
         return "  ".join([first, *rest]).rstrip()
 
+    if not any(header):  # a key-value table: no header, no rule
+        return "\n".join([f"== {title} ==", *(line(row) for row in rows)])
     rule = "-" * max(len(line(r)) for r in [header, *rows])
     return "\n".join([f"== {title} ==", line(header), rule, *(line(row) for row in rows)])
 
@@ -245,9 +247,21 @@ def _machine(results: dict[str, Any]) -> str:
         ["commit", str(results.get("commit"))],
         ["settings", f"repeats {settings['repeats']} (+1 warm-up), T={settings['tokens']}, B={settings['budget']}, "
                      f"M={settings['num_futures']}, K={settings['decode_tokens']}, compile {_compile(results)}"],
-        ["wall time", seconds(results.get("wall_seconds"))],
+        ["wall time", _duration(results.get("wall_seconds"))],
+        ["load average", _load(results.get("load_average"))],
     ]  # fmt: skip
     return table("Machine", ["", ""], rows, align="<")
+
+
+def _duration(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} s ({value / 60:.1f} min)"
+
+
+def _load(load: dict[str, Any] | None) -> str:
+    """The 1-minute load average at start and end, against the cores (a busy machine skews every time)."""
+    if not load or load.get("start") is None or load.get("end") is None:
+        return "-"
+    return f"{load['start'][0]:.2f} at start, {load['end'][0]:.2f} at end (1-minute)"
 
 
 def _compile(results: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ import datetime
 import functools
 import gc
 import inspect
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -103,6 +104,7 @@ def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> 
     device = torch.device(config.device)
     clock = clock or functools.partial(now, device)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    load_at_start = _load_average()
     wall = time.perf_counter()
     say(f"loading {config.model} ({config.resolved_dtype}, {config.device}) ...")
     model, tokenizer = loader(config)
@@ -134,7 +136,16 @@ def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> 
     results["first_call_overhead"] = compile_costs(results)
     results["targets"] = targets(results)
     results["wall_seconds"] = time.perf_counter() - wall
+    results["load_average"] = {"start": load_at_start, "end": _load_average()}
     return results
+
+
+def _load_average() -> list[float] | None:
+    """The system's 1/5/15-minute load averages (other work on a shared machine skews every time)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def measure_length(

@@ -45,6 +45,7 @@ def test_a_run_produces_every_section_at_the_exact_lengths(tiny_results) -> None
     assert r["lengths"]["64"]["memory"]["kv_bytes_before"] > r["lengths"]["32"]["memory"]["kv_bytes_before"]
     assert r["compile"] == {"requested": False, "available": compile_available(), "used": False}
     assert r["threads"] == 1 and r["settings"]["lengths"] == [32, 64]
+    assert len(r["load_average"]["start"]) == 3 and r["wall_seconds"] > 0
     assert {"cpu", "cores"} <= set(r["machine"]) and r["packages"]["torch"] == torch.__version__
     assert len(r["targets"]) == 9 and all(t["n"] == 64 for t in r["targets"])
     assert all(t["met"] == (t["value"] <= t["limit"]) for t in r["targets"] if t["value"] is not None)
