@@ -124,7 +124,13 @@ class PipelineConfig(BaseModel):
 
 
 class Pipeline:
-    """sampler + scorer + aggregator + policy. Parts may be components, configs, mappings or names."""
+    """sampler + scorer + aggregator + policy. Parts may be components, configs, mappings or names.
+
+    ``compile=True`` runs the scorer's kernel and the futures' attention through
+    ``torch.compile`` (dynamic shapes; :mod:`lorekv.compiling`): the same scores up to float
+    rounding, faster once compiled; the first compression pays the compilation. It is an
+    execution choice, not part of :attr:`config`.
+    """
 
     def __init__(
         self,
@@ -132,6 +138,8 @@ class Pipeline:
         scorer: Scorer | ComponentConfig | Mapping[str, Any] | str,
         aggregator: Aggregator | ComponentConfig | Mapping[str, Any] | str,
         policy: Policy | ComponentConfig | Mapping[str, Any],
+        *,
+        compile: bool = False,
     ) -> None:
         self.sampler: Sampler = sampler if isinstance(sampler, Sampler) else SAMPLERS.build(sampler)
         self.scorer: Scorer = scorer if isinstance(scorer, Scorer) else SCORERS.build(scorer)
@@ -139,14 +147,27 @@ class Pipeline:
             aggregator if isinstance(aggregator, Aggregator) else AGGREGATORS.build(aggregator)
         )
         self.policy: Policy = policy if isinstance(policy, Policy) else POLICIES.build(policy)
+        self.compile = compile
+
+    @property
+    def compile(self) -> bool:
+        """Whether the scorer's kernel and the futures' attention run ``torch.compile``'d."""
+        return self._compile
+
+    @compile.setter
+    def compile(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"compile must be True or False, got {value!r}")
+        self._compile = value
+        self.scorer.compile = value
 
     @classmethod
-    def from_config(cls, config: PipelineConfig | Mapping[str, Any] | str | Path) -> Pipeline:
+    def from_config(cls, config: PipelineConfig | Mapping[str, Any] | str | Path, *, compile: bool = False) -> Pipeline:
         if isinstance(config, (str, Path)):
             config = PipelineConfig.from_file(config)
         elif not isinstance(config, PipelineConfig):
             config = PipelineConfig.model_validate(dict(config))
-        return cls(config.sampler, config.scorer, config.aggregator, config.policy)
+        return cls(config.sampler, config.scorer, config.aggregator, config.policy, compile=compile)
 
     @property
     def config(self) -> PipelineConfig:
@@ -227,6 +248,7 @@ class Pipeline:
             prefill_window=self.sampler.prefill_window,
             tokenizer=tokenizer,
             candidates=n - 1 if query_aware else n,
+            compile=self.compile,
         )
 
     def score(self, trajectories: Trajectories, candidates: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,7 +13,7 @@ import pytest
 import lorekv
 
 PACKAGE = Path(lorekv.__file__).parent
-CONTRACTS = ("registry", "trajectories", "scores", "validation", "token_rules")
+CONTRACTS = ("registry", "trajectories", "scores", "validation", "token_rules", "compiling")
 FAMILIES = ("samplers", "scorers", "aggregators", "policies")
 BINDING = ("hf", "models")
 # What each layer may import from lorekv (besides itself); everything else is an upward arrow.

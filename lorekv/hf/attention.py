@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from einops import repeat
+from einops import rearrange, repeat
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
 
+from lorekv.compiling import compiled
 from lorekv.hf.cache import PADDING, PositionedCache
 from lorekv.hf.context import ForwardPass, active_pass, running
 
@@ -101,6 +102,14 @@ def lorekv_attention(
         active.capture.record(module, query, scaling)
     layer = active.cache.layers[module.layer_idx]
     window = sliding_window if sliding_window is not None else layer.window
+    if layer.prefix is not None:
+        prefix = layer.prefix
+        cascade = compiled(shared_prefix_attention) if active.compile else shared_prefix_attention
+        out = cascade(
+            query, key, value, active.key_positions[module.layer_idx], active.query_positions,
+            prefix.keys, prefix.values, prefix.positions, prefix.padded, window, scaling,
+        )  # fmt: skip
+        return out.transpose(1, 2).contiguous(), None
     q_len, k_len = query.shape[2], key.shape[2]
     mask, is_causal = None, False
     if q_len > 1 and q_len == k_len and (window is None or q_len <= window) and not layer.padded:
@@ -114,6 +123,93 @@ def lorekv_attention(
         query, key, value, attn_mask=mask, is_causal=is_causal, scale=scaling, enable_gqa=group > 1
     )
     return out.transpose(1, 2).contiguous(), None
+
+
+def shared_prefix_attention(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_positions: torch.Tensor,
+    query_positions: torch.Tensor,
+    prefix_keys: torch.Tensor,
+    prefix_values: torch.Tensor,
+    prefix_positions: torch.Tensor,
+    prefix_padded: bool,
+    window: int | None,
+    scaling: float,
+) -> torch.Tensor:
+    """Attention of B branches over a shared prefix and their own tokens, the prefix read once.
+
+    Args:
+        query: (B, H, q, d) the branches' queries at ``query_positions`` (q,).
+        keys, values: (B, G, S, d) each branch's own entries, at ``key_positions`` (B, G, S).
+        prefix_keys, prefix_values: (1, G, K, d) the shared batch-1 layer, every entry before
+            every query, at ``prefix_positions`` (1, G, K); ``prefix_padded``: some are padding.
+        window: the layer's sliding window (None: full attention).
+
+    Returns:
+        (B, H, q, d), equal to attention over the concatenation [prefix, own] up to rounding.
+
+    Cascade (shared-prefix) attention: the B * group query heads of each KV head attend to
+    the prefix as one batch-1 call, each branch attends to its own S entries, and the two
+    partial results merge exactly through their log-sum-exps:
+    o = (e^{lse_p} o_p + e^{lse_s} o_s) / (e^{lse_p} + e^{lse_s}). Without it, B branches
+    would hold and read B copies of the prompt's KV at every step.
+    """
+    b, h, q, _ = query.shape
+    g = keys.shape[1]
+    r = h // g
+    prefix_mask = None
+    if prefix_padded or window is not None:
+        prefix_mask = position_mask(prefix_positions, query_positions, window)  # (1, G, q, K)
+        prefix_mask = repeat(prefix_mask, "1 g q k -> 1 g (b r q) k", b=b, r=r)
+    folded = rearrange(query, "b (g r) q d -> 1 g (b r q) d", g=g)
+    out_p, lse_p = partial_attention(folded, prefix_keys, prefix_values, prefix_mask, scaling)
+    out_p = rearrange(out_p, "1 g (b r q) d -> b (g r) q d", b=b, r=r)
+    lse_p = rearrange(lse_p, "1 g (b r q) -> b (g r) q", b=b, r=r)
+
+    own_mask = None
+    if q > 1 or window is not None:
+        own_mask = repeat(position_mask(key_positions, query_positions, window), "b g q s -> b (g r) q s", r=r)
+    own_keys = repeat(keys, "b g s d -> b (g r) s d", r=r)
+    own_values = repeat(values, "b g s d -> b (g r) s d", r=r)
+    out_s, lse_s = partial_attention(query, own_keys, own_values, own_mask, scaling)
+
+    lse = torch.logaddexp(lse_p, lse_s)
+    out = out_p.float() * torch.exp(lse_p - lse).unsqueeze(-1) + out_s.float() * torch.exp(lse_s - lse).unsqueeze(-1)
+    return out.to(query.dtype)
+
+
+def partial_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scaling: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention and its log-sum-exp, for merging with other partial attentions.
+
+    Args:
+        query: (B, H, Q, d); keys, values: (B or 1, H, K, d); mask: (B or 1, H, Q, K) bool or None.
+
+    Returns:
+        The output (B, H, Q, d) in the query's dtype and the log-sum-exp of the scaled logits
+        (B, H, Q) in float32; a query that sees no key gets output 0 and log-sum-exp -inf.
+        On CPU this is PyTorch's fused flash kernel; elsewhere a float32 reference.
+    """
+    if query.device.type == "cpu" and keys.shape[-2] > 0:
+        bias = None if mask is None else torch.zeros(mask.shape, dtype=query.dtype).masked_fill(~mask, -torch.inf)
+        keys = keys.expand(query.shape[0], -1, -1, -1)
+        values = values.expand(query.shape[0], -1, -1, -1)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, keys, values, 0.0, False, attn_mask=bias, scale=scaling
+        )
+    else:
+        logits = torch.matmul(query.float(), keys.float().transpose(-1, -2)) * scaling
+        if mask is not None:
+            logits = logits.masked_fill(~mask, -torch.inf)
+        lse = torch.logsumexp(logits, dim=-1)
+        weights = torch.exp(logits - lse.unsqueeze(-1)).nan_to_num(0.0)
+        out = torch.matmul(weights, values.float()).to(query.dtype)
+    if mask is not None:
+        lse = lse.masked_fill(~mask.any(dim=-1), -torch.inf)
+    return out, lse
 
 
 def register() -> None:
@@ -147,15 +243,17 @@ def forward(
     *,
     capture: QueryCapture | None = None,
     logits_to_keep: int = 1,
+    compile: bool = False,
 ) -> torch.Tensor:
     """Run ``input_ids`` (B, q) at ``positions`` (q,) through ``model``, appending to ``cache``.
 
     Returns the logits (B, logits_to_keep, V) in float32. ``model`` must have been through
-    :func:`prepare`.
+    :func:`prepare`. ``compile``: run lorekv's own attention kernels (the branches' cascade
+    attention) through ``torch.compile``.
     """
     batch, q_len = input_ids.shape
     positions = positions.to(input_ids.device)
-    with running(ForwardPass(cache, positions, capture)):
+    with running(ForwardPass(cache, positions, capture, compile=compile)):
         out = model(
             input_ids=input_ids,
             position_ids=positions.view(1, q_len).expand(batch, q_len),

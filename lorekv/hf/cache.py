@@ -26,17 +26,24 @@ class PositionedLayer(DynamicLayer):
     """One layer's keys/values (B, G, K, d) with their token positions (B, G, K).
 
     ``window`` (sliding-window layers) bounds what is stored to the ``window - 1`` newest
-    tokens, as the model's own sliding cache does; such layers are never evicted.
+    tokens, as the model's own sliding cache does (``slack`` more while a prefill needs them);
+    such layers are never evicted.
 
     Appending concatenates, which copies the whole layer; :meth:`reserve` preallocates room
     so that a known number of appends (the futures' tokens, an answer) write in place.
+
+    A layer with a ``prefix`` is one of B branches continuing a shared batch-1 layer: its own
+    entries (B, G, S, d) are the branch's tokens only, and attention reads the prefix once for
+    all branches (:func:`lorekv.hf.attention.shared_prefix_attention`) instead of B copies.
     """
 
-    def __init__(self, window: int | None = None) -> None:
+    def __init__(self, window: int | None = None, *, slack: int = 0) -> None:
         super().__init__()
         self.window = window
+        self.slack = slack
         self.positions: torch.Tensor | None = None
         self.padded = False
+        self.prefix: PositionedLayer | None = None
         self._buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @property
@@ -84,8 +91,8 @@ class PositionedLayer(DynamicLayer):
                 torch.cat([self.positions.expand(b, g, -1), new_pos], dim=-1),
             )
         keys_, values_, positions_ = full
-        if self.window is not None and keys_.shape[-2] > self.window - 1:
-            keep = self.window - 1
+        if self.window is not None and keys_.shape[-2] > self.window - 1 + self.slack:
+            keep = self.window - 1 + self.slack
             keys_, values_, positions_ = keys_[..., -keep:, :], values_[..., -keep:, :], positions_[..., -keep:]
         self.set(keys_, values_, positions_, padded=self.padded)
         return full
@@ -95,7 +102,25 @@ class PositionedLayer(DynamicLayer):
         return buffer.shape[0] == batch and self.keys.shape[2] + q <= buffer.shape[2]
 
     def get_seq_length(self) -> int:
-        return 0 if not self.is_initialized else self.keys.shape[-2]
+        own = 0 if not self.is_initialized else self.keys.shape[-2]
+        return own + (0 if self.prefix is None else self.prefix.get_seq_length())
+
+    def below(self, limit: int) -> PositionedLayer:
+        """A layer sharing this one's tensors that holds its entries at positions < ``limit``
+        (the ``window - 1`` newest of them on a sliding layer). Needs contiguous positions in
+        order (a prefill's cache, not an evicted one)."""
+        out = PositionedLayer(self.window)
+        if self.is_initialized:
+            first = int(self.positions[0, 0, 0]) if self.positions.shape[-1] else 0
+            end = max(0, min(limit - first, self.positions.shape[-1]))
+            start = 0 if self.window is None else max(0, end - (self.window - 1))
+            out.set(
+                self.keys[:, :, start:end],
+                self.values[:, :, start:end],
+                self.positions[:, :, start:end],
+                padded=self.padded,
+            )
+        return out
 
     def allocated_bytes(self) -> int:
         """Bytes of key/value storage held, reserved room included."""
@@ -116,13 +141,14 @@ class PositionedCache(Cache):
     """A cache of :class:`PositionedLayer`; feed it with :func:`lorekv.hf.attention.forward`,
     which publishes the positions of the tokens in flight (:mod:`lorekv.hf.context`)."""
 
-    def __init__(self, windows: Sequence[int | None]) -> None:
-        super().__init__(layers=[PositionedLayer(w) for w in windows])
+    def __init__(self, windows: Sequence[int | None], *, slack: int = 0) -> None:
+        super().__init__(layers=[PositionedLayer(w, slack=slack) for w in windows])
 
     @classmethod
-    def for_model(cls, config: PretrainedConfig) -> PositionedCache:
-        """Sliding-window layers bounded as the model's config says, other layers full."""
-        return cls(layer_windows(config))
+    def for_model(cls, config: PretrainedConfig, *, slack: int = 0) -> PositionedCache:
+        """Sliding-window layers bounded as the model's config says (``window - 1 + slack``
+        tokens), other layers full."""
+        return cls(layer_windows(config), slack=slack)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):  # type: ignore[override]
         current = active_pass()
@@ -163,6 +189,37 @@ class PositionedCache(Cache):
     def copy(self) -> PositionedCache:
         """A batch-1 cache sharing this one's tensors; appending to either leaves the other unchanged."""
         return self.expanded(1)
+
+    def below(self, limit: int) -> PositionedCache:
+        """The cache as it stood before position ``limit`` (a prefill's cache; shares its tensors).
+
+        Sliding layers must hold the token ``window - 1`` before ``limit``: a cache prefilled
+        with ``slack=1`` does for ``limit`` = its length - 1, which is how one prefill pass
+        yields both the n-token cache and the (n-1)-token one query-aware eviction needs.
+        """
+        out = PositionedCache([layer.window for layer in self.layers])
+        out.layers = [layer.below(limit) for layer in self.layers]
+        return out
+
+    def branches(self, batch: int) -> PositionedCache:
+        """A cache of ``batch`` continuations of this batch-1 cache, which they share as a
+        read-only prefix: nothing is copied, each layer starts with no entries of its own."""
+        out = PositionedCache([layer.window for layer in self.layers])
+        for src, dst in zip(self.layers, out.layers, strict=True):
+            if not src.is_initialized:
+                continue
+            if src.keys.shape[0] != 1:
+                raise ValueError(f"branches need a batch-1 cache, got batch {src.keys.shape[0]}")
+            prefix = PositionedLayer(src.window)
+            prefix.set(src.keys, src.values, src.positions, padded=src.padded)
+            _, g, _, d = src.keys.shape
+            dst.set(
+                src.keys.new_empty(batch, g, 0, d),
+                src.values.new_empty(batch, g, 0, d),
+                src.positions.new_empty(batch, g, 0),
+            )
+            dst.prefix = prefix
+        return out
 
     def allocated_bytes(self) -> int:
         return sum(layer.allocated_bytes() for layer in self.layers)

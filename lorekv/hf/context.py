@@ -32,12 +32,14 @@ class ForwardPass:
         capture: records queries during the call (None: nothing recorded).
         key_positions: layer index -> (B, G, K) positions of the keys that layer's cache
             returned to its attention in this call (filled by the cache).
+        compile: use the ``torch.compile``'d attention kernels.
     """
 
     cache: PositionedCache
     query_positions: torch.Tensor
     capture: QueryCapture | None = None
     key_positions: dict[int, torch.Tensor] = field(default_factory=dict)
+    compile: bool = False
 
 
 _ACTIVE: ContextVar[ForwardPass | None] = ContextVar("lorekv_forward_pass", default=None)

@@ -25,10 +25,14 @@ from lorekv.validation import check_int_at_least
 class ModelRollout:
     """A prefilled prompt from which futures are drawn.
 
-    The prompt is prefilled in two passes, positions 0..n-2 then n-1, so that
-    ``head_cache`` (the cache after n-1 tokens) is available for query-aware eviction,
-    where the last prompt token is re-fed through the compressed cache. ``cache`` holds all
-    n tokens.
+    The prompt is prefilled in one pass. ``cache`` holds all n tokens; ``head_cache``, the
+    cache as it stood after n-1 tokens (query-aware eviction re-feeds the last prompt token
+    through the compressed cache), shares its tensors: the prefill's sliding-window layers
+    keep one token more than the window needs, so that both can be cut from them.
+
+    Futures are decoded as branches of ``cache`` (:meth:`PositionedCache.branches`): the M
+    futures read the prompt's KV once per step, and only their own tokens are stored per
+    future.
 
     Args:
         model: a causal LM prepared with :func:`lorekv.hf.attention.prepare`.
@@ -51,6 +55,8 @@ class ModelRollout:
             both H2O's window and an int window (the evaluation grid shares prefills). Default:
             ``prefill_window`` for an int window, none for ``"all"``. ``prompt_window("all")``
             reports zero statistics whatever it is, so its result does not depend on it.
+        compile: decode the futures with lorekv's attention kernels compiled
+            (:func:`lorekv.hf.attention.forward`'s ``compile``).
     """
 
     def __init__(
@@ -63,8 +69,10 @@ class ModelRollout:
         tokenizer: Any | None = None,
         candidates: int | None = None,
         stats_window: int | None = None,
+        compile: bool = False,
     ) -> None:
         self.model = model
+        self.compile = compile
         self.prompt_ids = input_ids
         self.prompt_length = input_ids.shape[1]
         self.evict_layers = frozenset(evict_layers)
@@ -83,19 +91,13 @@ class ModelRollout:
             stats_window = 0 if prefill_window == "all" else prefill_window
         check_int_at_least("stats_window", stats_window, 0)
         keep = min(stats_window + 1, n)
-        self.cache = PositionedCache.for_model(model.config)
-        chunks = []
-        if n > 1:
-            chunks.append(self._prefill(input_ids[:, : n - 1], 0, min(keep, n - 1)))
-        self.head_cache = self.cache.copy()
-        chunks.append(self._prefill(input_ids[:, n - 1 :], n - 1, 1))
-        logits = torch.cat(chunks, dim=1)[:, -keep:]
+        prefill = PositionedCache.for_model(model.config, slack=1)
+        positions = torch.arange(n, device=input_ids.device)
+        logits = forward(model, input_ids, prefill, positions, capture=self._prefill_capture, logits_to_keep=keep)
+        self.cache = prefill.below(n)
+        self.head_cache = prefill.below(n - 1)
         self.prompt_logits = logits[0]
         self.last_logits = logits[:, -1]
-
-    def _prefill(self, ids: torch.Tensor, start: int, keep: int) -> torch.Tensor:
-        positions = torch.arange(start, start + ids.shape[1], device=ids.device)
-        return forward(self.model, ids, self.cache, positions, capture=self._prefill_capture, logits_to_keep=keep)
 
     def _positions(self, num_tokens: int) -> torch.Tensor:
         """(T,) the positions n..n+T-1 of a future's tokens, on the model's device."""
@@ -118,7 +120,7 @@ class ModelRollout:
                     f"{sorted(self.evict_layers)}; got {keep.num_tokens} tokens, layers {list(keep.layer_indices)}"
                 )
             source = gather(self.cache, keep, limit=self.prompt_length)
-        cache = source.expanded(num_futures)
+        cache = source.branches(num_futures)
         cache.reserve(num_futures, num_tokens)
         capture = QueryCapture(self.evict_layers)
         logits = self.last_logits.expand(num_futures, -1)
@@ -128,7 +130,8 @@ class ModelRollout:
             token = rule(logits)
             lp, ent = token_stats(logits, token, validate=False)
             ids.append(token), logprobs.append(lp), entropies.append(ent)
-            logits = forward(self.model, token.view(-1, 1), cache, positions[t : t + 1], capture=capture)[:, -1]
+            step = positions[t : t + 1]
+            logits = forward(self.model, token.view(-1, 1), cache, step, capture=capture, compile=self.compile)[:, -1]
         return self._trajectories(
             torch.stack(ids, 1), torch.stack(logprobs, 1), torch.stack(entropies, 1), capture, cache
         )
@@ -141,9 +144,12 @@ class ModelRollout:
             raise ValueError(f"token_ids must lie in [0, {vocab}) (the model's vocabulary)")
         m, t = token_ids.shape
         token_ids = token_ids.to(self.prompt_ids.device)
-        cache = self.cache.expanded(m)
+        cache = self.cache.branches(m)
         capture = QueryCapture(self.evict_layers)
-        logits = forward(self.model, token_ids, cache, self._positions(t), capture=capture, logits_to_keep=t)
+        positions = self._positions(t)
+        logits = forward(
+            self.model, token_ids, cache, positions, capture=capture, logits_to_keep=t, compile=self.compile
+        )
         before = torch.cat([self.last_logits.expand(m, -1).unsqueeze(1), logits[:, :-1]], dim=1)
         lp, ent = token_stats(before.flatten(0, 1), token_ids.flatten())
         return self._trajectories(token_ids, lp.view(m, t), ent.view(m, t), capture, cache)
@@ -203,8 +209,8 @@ class ModelRollout:
             queries: layer index -> (M, H, T, d) captured queries.
             query_positions: (T,) their positions.
             capture: where the output projections and scales were recorded.
-            futures: the futures' cache, whose entries after the prompt are the response
-                keys/values (None: no response keys, the prompt-window control).
+            futures: the futures' cache, branches of the prompt's whose own entries are the
+                response keys/values (None: no response keys, the prompt-window control).
         """
         n = self.prompt_length
         layers = []
@@ -218,8 +224,8 @@ class ModelRollout:
                     query_positions=query_positions.to(prompt.keys.device),
                     prompt_keys=prompt.keys[0],
                     prompt_values=prompt.values[0],
-                    response_keys=source.keys[:, :, n:],
-                    response_values=source.values[:, :, n:],
+                    response_keys=source.keys[:, :, n:] if futures is None else source.keys,
+                    response_values=source.values[:, :, n:] if futures is None else source.values,
                     o_proj=capture.o_proj[idx],
                     scaling=capture.scaling[idx],
                 )

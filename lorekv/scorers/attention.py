@@ -16,6 +16,7 @@ normalisation of a and in o. GQA is handled by splitting the query heads into
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -31,22 +32,46 @@ class CausalAttention:
     Attributes:
         weights: (M, H, T, n+R) softmax weights a; 0 on keys the query cannot see.
             Each row sums to 1 over prompt and response keys.
-        output: (M, H, T, d) attention output o = sum_j a_j v_j.
         visible: (T, n+R) bool, query t may attend to key j.
         prompt_length: n; keys ``0..n-1`` are the prompt tokens.
         logits: (M, H, T, n+R) scaling * q . k_j, -inf on keys the query cannot see.
+        layer: the capture the attention was computed from (its values give :attr:`output`).
     """
 
     weights: torch.Tensor
-    output: torch.Tensor
     visible: torch.Tensor
     prompt_length: int
     logits: torch.Tensor
+    layer: LayerCapture
 
     @property
     def prompt_weights(self) -> torch.Tensor:
         """(M, H, T, n) the weights on the prompt keys."""
         return self.weights[..., : self.prompt_length]
+
+    @property
+    def response_weights(self) -> torch.Tensor:
+        """(M, H, T, R) the weights on each future's own keys."""
+        return self.weights[..., self.prompt_length :]
+
+    @functools.cached_property
+    def output(self) -> torch.Tensor:
+        """(M, H, T, d) attention output o = sum_j a_j v_j (computed on first use: attention mass
+        needs only the weights)."""
+        return self.combine(self.weights)
+
+    def combine(self, weights: torch.Tensor) -> torch.Tensor:
+        """(M, H, T, d) sum_j w_j v_j for weights (M, H, T, n+R) over [prompt, response] values.
+
+        The prompt's values are shared by the M futures and are never copied per future.
+        """
+        layer, n = self.layer, self.prompt_length
+        dtype = weights.dtype
+        g = layer.num_kv_heads
+        prompt_values, own_values = layer.prompt_values.to(dtype), layer.response_values.to(dtype)
+        prompt = einsum(split_heads(weights[..., :n], g), prompt_values, "m g r t n, g n d -> m g r t d")
+        own = einsum(split_heads(weights[..., n:], g), own_values, "m g r t s, m g s d -> m g r t d")
+        return merge_heads(prompt + own)
 
     @property
     def lone_query(self) -> torch.Tensor:
@@ -58,29 +83,28 @@ def causal_attention(layer: LayerCapture) -> CausalAttention:
     """Recompute the layer's causal attention in :func:`compute_dtype`.
 
     Args:
-        layer: queries (M, H, T, d), keys/values (M, G, n+R, d) via ``layer.keys()`` and
-            ``layer.values()``, visibility (T, n+R) via ``layer.visible()``.
+        layer: queries (M, H, T, d), prompt keys (G, n, d) shared by the futures, response keys
+            (M, G, R, d), visibility (T, n+R) via ``layer.visible()``.
 
     Returns:
-        The weights (M, H, T, n+R) and outputs (M, H, T, d). A query that sees no key at all
-        (position < 0) gets all-zero weights and a zero output.
+        The weights (M, H, T, n+R) (outputs (M, H, T, d) on demand). A query that sees no key
+        at all (position < 0) gets all-zero weights and a zero output. The prompt keys are
+        never copied per future: prompt and response logits are computed apart and joined.
     """
     dtype = compute_dtype(layer)
-    queries = split_heads(layer.queries.to(dtype), layer.num_kv_heads)
-    keys = layer.keys().to(dtype)
-    values = layer.values().to(dtype)
+    g = layer.num_kv_heads
+    queries = split_heads(layer.queries.to(dtype), g)
+    prompt = einsum(queries, layer.prompt_keys.to(dtype), "m g r t d, g n d -> m g r t n")
+    own = einsum(queries, layer.response_keys.to(dtype), "m g r t d, m g s d -> m g r t s")
     visible = layer.visible()
-
-    logits = einsum(queries, keys, "m g r t d, m g s d -> m g r t s") * layer.scaling
-    logits = logits.masked_fill(~visible, float("-inf"))
-    weights = torch.softmax(logits, dim=-1).masked_fill(~visible, 0.0)
-    output = einsum(weights, values, "m g r t s, m g s d -> m g r t d")
+    logits = torch.cat([prompt, own], dim=-1).mul_(layer.scaling).masked_fill_(~visible, float("-inf"))
+    weights = torch.softmax(logits, dim=-1).masked_fill_(~visible, 0.0)
     return CausalAttention(
         weights=merge_heads(weights),
-        output=merge_heads(output),
         visible=visible,
         prompt_length=layer.prompt_length,
         logits=merge_heads(logits),
+        layer=layer,
     )
 
 

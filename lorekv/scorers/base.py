@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from einops import reduce
 from pydantic import field_validator
 
+from lorekv.compiling import compiled
 from lorekv.registry import ComponentConfig, Registry
 from lorekv.trajectories import LayerCapture, Trajectories
 from lorekv.validation import check_int_at_least
@@ -70,12 +71,24 @@ class Scorer(ABC):
 
     Subclasses implement :meth:`query_scores`; :meth:`score` applies the reductions named in
     the config and is shared by every scorer.
+
+    Attributes:
+        compile: run :meth:`query_scores` through ``torch.compile`` (dynamic shapes, see
+            :mod:`lorekv.compiling`); an execution choice, not part of the config, since the
+            scores are the same. Off by default.
     """
 
     config: ScorerConfig
 
-    def __init__(self, config: ScorerConfig) -> None:
+    def __init__(self, config: ScorerConfig, *, compile: bool = False) -> None:
         self.config = config
+        self.compile = compile
+
+    def _query_scores(self, layer: LayerCapture) -> torch.Tensor:
+        """:meth:`query_scores`, compiled when :attr:`compile` is set."""
+        if self.compile:
+            return compiled(type(self).query_scores)(self, layer)
+        return self.query_scores(layer)
 
     @abstractmethod
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
@@ -102,11 +115,11 @@ class Scorer(ABC):
         """(M, G, n) the reduced scores of one layer, its queries scored in chunks of :data:`QUERY_CHUNK`."""
         t = layer.queries.shape[2]
         if t <= QUERY_CHUNK:
-            return self.reduce(self.query_scores(layer), layer)
+            return self.reduce(self._query_scores(layer), layer)
         mean = self.config.query_reduction == "mean"
         total: torch.Tensor | None = None
         for start in range(0, t, QUERY_CHUNK):
-            scores = self.query_scores(layer.query_slice(start, min(start + QUERY_CHUNK, t)))
+            scores = self._query_scores(layer.query_slice(start, min(start + QUERY_CHUNK, t)))
             scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
             part = scores.sum(dim=2) if mean else scores.amax(dim=2)
             if total is None:

@@ -119,15 +119,14 @@ def dominant_scores(
             query sees.
     """
     g = layer.num_kv_heads
-    values = layer.values().to(attention.output.dtype)  # (M, G, n+R, d)
+    dtype = attention.weights.dtype
     top = attention.prompt_weights.argmax(dim=-1, keepdim=True)  # (M, H, T, 1)
     a_top = attention.prompt_weights.gather(-1, top).squeeze(-1)
-    others = attention.logits.scatter(-1, top, -torch.inf)
-    has_other = torch.isfinite(others).any(dim=-1)  # (M, H, T)
-    others = torch.softmax(others.masked_fill(~has_other.unsqueeze(-1), 0.0), dim=-1)
-    o_minus = merge_heads(einsum(split_heads(others, g), values, "m g r t s, m g s d -> m g r t d"))
+    others = torch.softmax(attention.logits.scatter(-1, top, -torch.inf), dim=-1)
+    has_other = rearrange(attention.visible.sum(dim=-1) > 1, "t -> 1 1 t")
+    o_minus = attention.combine(others.nan_to_num_(0.0))  # rows with no other key: 0/0, masked below
     kv_head = rearrange(torch.arange(g, device=top.device), "g -> 1 g 1 1")
-    v_top = merge_heads(layer.prompt_values.to(values.dtype)[kv_head, split_heads(top.squeeze(-1), g)])
+    v_top = merge_heads(layer.prompt_values.to(dtype)[kv_head, split_heads(top.squeeze(-1), g)])
     diff = v_top - o_minus  # (M, H, T, d)
     if gram is None:
         sq = einsum(diff, diff, "m h t d, m h t d -> m h t")
