@@ -38,7 +38,6 @@ from lorekv.hf import (
 from lorekv.pipeline import Pipeline, PipelineConfig
 from lorekv.samplers.base import SAMPLERS
 from lorekv.scorers.base import SCORERS, Scorer
-from lorekv.trajectories import Trajectories
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -111,6 +110,7 @@ def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> 
     config.check_context(max_positions(model))
     compiled = config.compile and compile_available()
     methods = {name: build_pipeline(p.config, config.compile) for name, p in config.pipelines().items()}
+    methods["capture"] = build_pipeline(methods["lore_kv"].config, False)  # eager: compiles nothing untimed
     scorers = {
         name: {"eager": build_scorer(name, False), "compiled": build_scorer(name, True) if compiled else None}
         for name in config.scorers
@@ -167,6 +167,8 @@ def measure_length(
     r = config.repeats
     out: dict[str, Any] = {"n": int(ids.shape[1])}
 
+    say(f"n={n}: scorers alone on M={config.num_futures} futures")
+    alone = _scorers_alone(model, ids, methods["capture"], scorers, r, clock)
     say(f"n={n}: prefill (transformers, lorekv)")
     prefill = {
         "transformers": repeat_seconds(lambda: reference_prefill_seconds(model, ids), r),
@@ -181,15 +183,7 @@ def measure_length(
     say(f"n={n}: peak memory")
     memory, rollout, compressed = _memory(model, ids, lore, snap, device)
     say(f"n={n}: sampling and scoring for M in {list(config.futures)}")
-    sweep, captured = _sweep(rollout, lore, config, clock)
-    say(f"n={n}: scorers alone on M={config.num_futures} futures")
-    alone = {
-        name: {
-            kind: (None if s is None else repeat(lambda s=s: s.score(captured), r, clock)) for kind, s in kinds.items()
-        }
-        for name, kinds in scorers.items()
-    }
-    captured = None
+    sweep = _sweep(rollout, lore, config, clock)
     say(f"n={n}: decoding (transformers steps and generate, lorekv full and compressed)")
     steps, decoding = _decoding(model, ids, rollout, compressed, config, clock)
     rollout = compressed = None
@@ -233,24 +227,37 @@ def _memory(
     return memory, rollout, compressed
 
 
-def _sweep(
-    rollout: ModelRollout, lore: Pipeline, config: BenchConfig, clock: Clock
-) -> tuple[dict[str, dict[str, Timed]], Trajectories]:
-    """Sampling and scoring (LORE-KV's scorer and aggregator) from one prefill for every M of the
-    sweep; also the futures at M = ``num_futures`` (the scorers' captured queries)."""
+def _scorers_alone(
+    model: PreTrainedModel,
+    ids: torch.Tensor,
+    capture: Pipeline,
+    scorers: dict[str, dict[str, Scorer | None]],
+    repeats: int,
+    clock: Clock,
+) -> dict[str, dict[str, Timed | None]]:
+    """Each scorer, eager and compiled, on the same futures: LORE-KV's (M = ``num_futures``),
+    drawn untimed by the eager ``capture`` pipeline. Timed first thing at every length, so that
+    each compiled kernel's compilation lands in its own first call (at the first length)."""
+    futures = capture.sampler.futures(capture.prefill(model, ids))
+    return {
+        name: {
+            kind: (None if s is None else repeat(lambda s=s: s.score(futures), repeats, clock))
+            for kind, s in kinds.items()
+        }
+        for name, kinds in scorers.items()
+    }
+
+
+def _sweep(rollout: ModelRollout, lore: Pipeline, config: BenchConfig, clock: Clock) -> dict[str, dict[str, Timed]]:
+    """Sampling and scoring (LORE-KV's scorer and aggregator) from one prefill for every M of the sweep."""
     sweep: dict[str, dict[str, Timed]] = {}
-    captured = None
     for m in config.futures:
         sampler = SAMPLERS.build(lore.config.override({"sampler.num_futures": m}).sampler)
         sampling = repeat(lambda s=sampler: s.futures(rollout), config.repeats, clock)
         futures = sampler.futures(rollout)
         scoring = repeat(lambda f=futures: lore.score(f, rollout.candidates), config.repeats, clock)
         sweep[str(m)] = {"sampling": sampling, "scoring": scoring}
-        if m == config.num_futures:
-            captured = futures
-    if captured is None:
-        captured = lore.sampler.futures(rollout)
-    return sweep, captured
+    return sweep
 
 
 def _decoding(
@@ -398,7 +405,7 @@ def compile_costs(results: dict[str, Any]) -> dict[str, dict[str, float]]:
     (with dynamic shapes, no second compilation). Eager scorers are listed for comparison."""
     out: dict[str, dict[str, float]] = {}
     for key, length in results["lengths"].items():
-        entries = {"lore_kv compression": length["compression"]["lore_kv"]}
+        entries = {f"{name} compression": t for name, t in length["compression"].items()}
         for name, kinds in length["scorers"].items():
             entries.update({f"{name} ({kind})": t for kind, t in kinds.items() if t is not None})
         for label, t in entries.items():

@@ -23,7 +23,13 @@ TINY = {
 
 
 def tiny_loader(config: BenchConfig):
-    return tiny_llama(layers=2).float(), word_tokenizer()
+    return tiny_llama(layers=2), word_tokenizer()  # float64, as tests/compiled: compiled kernels are reused
+
+
+@pytest.fixture
+def tiny_settings() -> dict[str, Any]:
+    """The tiny run's settings and loader, for tests that run their own variant."""
+    return {"fields": dict(TINY), "loader": tiny_loader}
 
 
 @pytest.fixture(scope="session")
