@@ -47,10 +47,12 @@ Log = Callable[[str], None]
 
 
 def load_model(config: BenchConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The benchmark's model in its dtype, moved to its device (device-resident weights)."""
-    from lorekv.models import load
+    """The benchmark's model in its dtype on its device (device-resident weights): a transformers
+    directory or hub id is loaded straight onto a GPU, a bundled model or GGUF file is moved there."""
+    from lorekv.models import BUNDLED, load
 
-    model, tokenizer = load(config.model, config.torch_dtype)
+    direct = config.device != "cpu" and config.model not in BUNDLED and not config.model.endswith(".gguf")
+    model, tokenizer = load(config.model, config.torch_dtype, device_map=config.device if direct else None)
     return model.to(config.device), tokenizer
 
 
@@ -162,8 +164,8 @@ def measure_length(
     device = torch.device(config.device)
     ids = prompt_of_length(tokenizer, n, config.seed).to(device)
     lore, snap = methods["lore_kv"], methods["snapkv"]
-    for pipeline in (lore, snap):
-        pipeline.check_input(model, ids, query_aware=True, extra=max(config.tokens, config.decode_tokens))
+    for pipeline in (lore, snap):  # futures (T) and decoding (K) both start at position n: n + max(T, K)
+        pipeline.check_input(model, ids, query_aware=True, extra=max(config.decode_tokens - config.tokens, 0))
     r = config.repeats
     out: dict[str, Any] = {"n": int(ids.shape[1])}
 

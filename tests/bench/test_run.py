@@ -148,3 +148,15 @@ def test_compiled_scorers_only_where_lorekv_has_them() -> None:
         assert compiled is not None and compiled.compile is True
     else:
         assert compiled is None or compiled.compile is True
+
+
+def test_load_model_reads_a_local_directory_in_the_configured_dtype(tmp_path) -> None:
+    from lorekv.bench import BenchConfig, known_context
+    from lorekv.bench.run import load_model
+
+    tiny_llama(layers=2).float().save_pretrained(tmp_path)
+    word_tokenizer().save_pretrained(tmp_path)
+    assert known_context(str(tmp_path)) == 512
+    model, tokenizer = load_model(BenchConfig(model=str(tmp_path), lengths=(64,), dtype="bfloat16"))
+    assert next(model.parameters()).dtype == torch.bfloat16 and next(model.parameters()).device.type == "cpu"
+    assert tokenizer("w1 w2")["input_ids"] == [1, 2]
