@@ -1,11 +1,14 @@
 """The measurements of ``lorekv bench``, all in one process, as a JSON-ready dict.
 
-Per prompt length n: transformers' prefill, lorekv's prefill, SnapKV and LORE-KV compression
-(with phases), sampling and scoring for every M of the sweep (one prefill per n, the phases
-called directly), each scorer alone on LORE-KV's captured futures (eager and compiled), T
-batch-1 decode steps of transformers on the full cache, decoding speed (lorekv after
-compression and on the full cache, transformers' ``generate``) and peak memory above the
-loaded model. Then the fitted growth exponents and the issue's targets.
+Per prompt length n, in this order: each scorer alone on LORE-KV's futures (eager and
+compiled; first, so that a kernel's compilation shows in its own first call), transformers'
+prefill, lorekv's prefill, SnapKV and LORE-KV compression (with phases), peak memory above the
+loaded model, sampling and scoring for every M of the sweep (one prefill per n, the phases
+called directly), T batch-1 decode steps of transformers on the full cache, and decoding speed
+(transformers' ``generate``, lorekv on the full and on the compressed cache). Then the fitted
+growth exponents, the first-call overheads and the issue's targets.
+
+Every timing is a warm-up call then ``repeats`` timed calls; the JSON keeps them all.
 """
 
 from __future__ import annotations
