@@ -51,8 +51,11 @@ class QueryCapture:
         idx = module.layer_idx
         if idx not in self.layers:
             return
-        q = query if self.last is None else query[:, :, -self.last :, :]
-        self.queries.setdefault(idx, []).append(q.detach())
+        if self.last is None or query.shape[2] <= self.last:
+            q = query.detach()
+        else:  # a copy: a view would keep the whole prefill's queries of every layer alive
+            q = query[:, :, -self.last :, :].detach().clone()
+        self.queries.setdefault(idx, []).append(q)
         self.o_proj[idx] = module.o_proj.weight.detach()
         self.scaling[idx] = float(scaling)
 
@@ -191,25 +194,31 @@ def partial_attention(
     Returns:
         The output (B, H, Q, d) in the query's dtype and the log-sum-exp of the scaled logits
         (B, H, Q) in float32; a query that sees no key gets output 0 and log-sum-exp -inf.
-        On CPU this is PyTorch's fused flash kernel; elsewhere a float32 reference.
+        On CPU this is PyTorch's fused flash kernel; elsewhere :func:`reference_partial_attention`.
     """
-    if query.device.type == "cpu" and keys.shape[-2] > 0:
-        bias = None if mask is None else torch.zeros(mask.shape, dtype=query.dtype).masked_fill(~mask, -torch.inf)
-        keys = keys.expand(query.shape[0], -1, -1, -1)
-        values = values.expand(query.shape[0], -1, -1, -1)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            query, keys, values, 0.0, False, attn_mask=bias, scale=scaling
-        )
-    else:
-        logits = torch.matmul(query.float(), keys.float().transpose(-1, -2)) * scaling
-        if mask is not None:
-            logits = logits.masked_fill(~mask, -torch.inf)
-        lse = torch.logsumexp(logits, dim=-1)
-        weights = torch.exp(logits - lse.unsqueeze(-1)).nan_to_num(0.0)
-        out = torch.matmul(weights, values.float()).to(query.dtype)
-    if mask is not None:
+    if query.device.type != "cpu" or keys.shape[-2] == 0:
+        return reference_partial_attention(query, keys, values, mask, scaling)
+    bias = None if mask is None else torch.zeros(mask.shape, dtype=query.dtype).masked_fill(~mask, -torch.inf)
+    keys = keys.expand(query.shape[0], -1, -1, -1)
+    values = values.expand(query.shape[0], -1, -1, -1)
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, keys, values, 0.0, False, attn_mask=bias, scale=scaling
+    )
+    if mask is not None:  # the kernel reports 0, not -inf, for a row without keys
         lse = lse.masked_fill(~mask.any(dim=-1), -torch.inf)
     return out, lse
+
+
+def reference_partial_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scaling: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`partial_attention` in plain float32 operations (any device)."""
+    logits = torch.matmul(query.float(), keys.float().transpose(-1, -2)) * scaling
+    if mask is not None:
+        logits = logits.masked_fill(~mask, -torch.inf)
+    lse = torch.logsumexp(logits, dim=-1)
+    weights = torch.exp(logits - lse.unsqueeze(-1)).nan_to_num(0.0)
+    return torch.matmul(weights, values.float()).to(query.dtype), lse
 
 
 def register() -> None:

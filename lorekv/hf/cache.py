@@ -173,22 +173,14 @@ class PositionedCache(Cache):
         for layer in self.layers:
             layer.reserve(batch, extra)
 
-    def expanded(self, batch: int) -> PositionedCache:
-        """A new cache for ``batch`` continuations of this one (batch 1); this one is untouched."""
+    def copy(self) -> PositionedCache:
+        """A cache sharing this one's tensors; appending to either leaves the other unchanged."""
         out = PositionedCache([layer.window for layer in self.layers])
         for src, dst in zip(self.layers, out.layers, strict=True):
             if src.is_initialized:
-                dst.set(
-                    src.keys.expand(batch, -1, -1, -1),
-                    src.values.expand(batch, -1, -1, -1),
-                    src.positions.expand(batch, -1, -1),
-                    padded=src.padded,
-                )
+                dst.set(src.keys, src.values, src.positions, padded=src.padded)
+            dst.prefix = src.prefix
         return out
-
-    def copy(self) -> PositionedCache:
-        """A batch-1 cache sharing this one's tensors; appending to either leaves the other unchanged."""
-        return self.expanded(1)
 
     def below(self, limit: int) -> PositionedCache:
         """The cache as it stood before position ``limit`` (a prefill's cache; shares its tensors).

@@ -153,11 +153,10 @@ class Scorer(ABC):
             per_kv_head = per_kv_head.mean(dim=1, keepdim=True).expand_as(per_kv_head).contiguous()
         if cfg.pool_kernel == 1 or layer.query_positions.numel() == 0:
             return per_kv_head
-        prefix = min(int(layer.query_positions.min()), per_kv_head.shape[-1])
-        if prefix == 0:
-            return per_kv_head
-        pooled = max_pool_tokens(per_kv_head[..., :prefix], cfg.pool_kernel)
-        return torch.cat([pooled, per_kv_head[..., prefix:]], dim=-1)
+        # the tokens before the first query, as a mask on the device (no host synchronisation)
+        before = torch.arange(per_kv_head.shape[-1], device=per_kv_head.device) < layer.query_positions.min()
+        pooled = max_pool_tokens(per_kv_head.masked_fill(~before, float("-inf")), cfg.pool_kernel)
+        return torch.where(before, pooled, per_kv_head)
 
 
 def max_pool_tokens(scores: torch.Tensor, kernel: int) -> torch.Tensor:

@@ -58,14 +58,15 @@ def test_fork_and_original_are_independent_both_ways(reserve_in: str) -> None:
     assert cache.layers[0].positions[0, 0].tolist() == list(range(8))
 
 
-def test_expanded_cache_leaves_the_source_alone() -> None:
+def test_branches_leave_the_source_alone() -> None:
     cache = PositionedCache([None])
     feed(cache, 0, 4)
     before = cache.layers[0].keys.clone()
-    futures = cache.expanded(3)
+    futures = cache.branches(3)
     futures.reserve(3, 2)
     feed(futures, 4, 1, batch=3)
-    assert futures.layers[0].keys.shape == (3, 2, 5, 4)
+    assert futures.layers[0].keys.shape == (3, 2, 1, 4), "a branch stores its own tokens only"
+    assert futures.get_seq_length() == 5
     assert torch.equal(cache.layers[0].keys, before) and cache.get_seq_length() == 4
 
 

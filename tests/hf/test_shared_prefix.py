@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from tiny_models import random_ids, tiny_gemma3, tiny_llama
 
 from lorekv import token_rules
-from lorekv.hf.attention import forward, partial_attention, prepare, shared_prefix_attention
+from lorekv.hf.attention import (
+    forward,
+    partial_attention,
+    prepare,
+    reference_partial_attention,
+    shared_prefix_attention,
+)
 from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer
 from lorekv.hf.rollout import ModelRollout
 
@@ -84,14 +90,16 @@ def test_cascade_attention_equals_attention_over_the_concatenation(
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("kernel", [partial_attention, reference_partial_attention], ids=["fused-cpu", "reference"])
 @pytest.mark.parametrize("masked", [False, True])
-def test_partial_attention_fused_kernel_equals_the_float32_reference(masked: bool) -> None:
+def test_partial_attention_equals_float64_softmax(kernel, masked: bool) -> None:
+    """Both the CPU kernel and the plain path other devices take."""
     gen = torch.Generator().manual_seed(3)
     query, keys, values = (torch.randn(2, 3, 5, 8, generator=gen) for _ in range(3))
     mask = torch.rand(2, 3, 5, 5, generator=gen) < 0.5 if masked else None
     if masked:
         mask[0, 0, 0] = False  # a query that sees nothing: output 0, log-sum-exp -inf
-    out, lse = partial_attention(query, keys, values, mask, 0.5)
+    out, lse = kernel(query, keys, values, mask, 0.5)
     logits = (query.double() @ keys.double().transpose(-1, -2)) * 0.5
     if masked:
         logits = logits.masked_fill(~mask, -torch.inf)
@@ -155,3 +163,13 @@ def test_branches_need_a_batch_one_cache() -> None:
     layer.set(torch.zeros(2, 1, 3, 4), torch.zeros(2, 1, 3, 4), torch.arange(3).view(1, 1, 3).expand(2, 1, 3))
     with pytest.raises(ValueError, match="batch-1"):
         cache.branches(2)
+
+
+def test_prefill_capture_of_a_window_holds_only_the_window() -> None:
+    """A view of the last w queries would keep every layer's (1, H, n, d) prefill queries alive."""
+    model = prepare(tiny_llama(layers=2))
+    rollout = ModelRollout(model, random_ids(30, seed=2), [0, 1], prefill_window=4)
+    for idx in (0, 1):
+        (queries,) = rollout._prefill_capture.queries[idx]
+        assert queries.shape[2] == 4
+        assert queries.untyped_storage().nbytes() == queries.numel() * queries.element_size()
