@@ -355,7 +355,7 @@ def bench(
     num_futures: Annotated[int, typer.Option(help="M of the LORE-KV compression and the scorers' futures.")] = 4,
     tokens: Annotated[int, typer.Option(help="T, tokens per future.")] = 8,
     budget: BudgetOpt = 128,
-    repeats: Annotated[int, typer.Option(help="Timed runs per measurement after one warm-up (medians).")] = 3,
+    repeats: Annotated[int, typer.Option(help="Timed runs per measurement after one warm-up (medians).")] = 5,
     decode_tokens: Annotated[int, typer.Option(help="K, tokens per decode measurement (>= 2).")] = 32,
     scorers: Annotated[
         str, typer.Option(help="Scorers timed alone, comma-separated.")

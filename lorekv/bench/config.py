@@ -86,7 +86,7 @@ class BenchConfig(BaseModel):
     num_futures: StrictInt = Field(default=4, ge=1)
     tokens: StrictInt = Field(default=8, ge=1)
     budget: StrictInt = Field(default=128, ge=1)
-    repeats: StrictInt = Field(default=3, ge=1)
+    repeats: StrictInt = Field(default=5, ge=1)
     decode_tokens: StrictInt = Field(default=32, ge=2)
     scorers: tuple[StrictStr, ...] = DEFAULT_SCORERS
     threads: StrictInt | None = Field(default=None, ge=1)

@@ -15,7 +15,7 @@ from lorekv.validation import describe
 def test_the_defaults_are_the_issues_settings() -> None:
     config = BenchConfig()
     assert config.lengths == (512, 1024, 2048, 4096) and config.futures == (1, 2, 4, 8)
-    assert (config.num_futures, config.tokens, config.budget) == (4, 8, 128)
+    assert (config.num_futures, config.tokens, config.budget, config.repeats) == (4, 8, 128, 5)
     assert config.scorers == ("attention_mass", "loo", "projected_loo") and config.compile
     assert config.resolved_dtype == "float32" and config.resolved_threads >= 1
     assert config.positions_needed == 4096 + 32
