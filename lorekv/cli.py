@@ -346,5 +346,53 @@ def presets(
     typer.echo(preset(name, budget).to_yaml(), nl=False)
 
 
+@app.command()
+@_guarded
+def bench(
+    model: ModelOpt = "smollm2-135m-instruct",
+    lengths: Annotated[str, typer.Option(help="Prompt lengths n in tokens, comma-separated.")] = "512,1024,2048,4096",
+    futures: Annotated[str, typer.Option(help="The M of the sampling/scoring sweep, comma-separated.")] = "1,2,4,8",
+    num_futures: Annotated[int, typer.Option(help="M of the LORE-KV compression and the scorers' futures.")] = 4,
+    tokens: Annotated[int, typer.Option(help="T, tokens per future.")] = 8,
+    budget: BudgetOpt = 128,
+    repeats: Annotated[int, typer.Option(help="Timed runs per measurement after one warm-up (medians).")] = 5,
+    decode_tokens: Annotated[int, typer.Option(help="K, tokens per decode measurement (>= 2).")] = 32,
+    scorers: Annotated[
+        str, typer.Option(help="Scorers timed alone, comma-separated.")
+    ] = "attention_mass,loo,projected_loo",
+    threads: Annotated[int | None, typer.Option(help="torch threads (default: every core).")] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:<i>.")] = "cpu",
+    dtype: Annotated[
+        str | None, typer.Option(help="float32, bfloat16 or float16 (default: float32 on cpu, bfloat16 on cuda).")
+    ] = None,
+    compile: Annotated[bool, typer.Option("--compile/--no-compile", help="Also time the compiled scorers.")] = True,
+    out: Annotated[Path | None, typer.Option(help="JSON file (default: results/bench/<model>-<device>.json).")] = None,
+) -> None:
+    """Time compression against transformers' prefill and SnapKV; phases, scorers, memory, growth, decoding."""
+    from lorekv.bench import (
+        BenchConfig,
+        default_out,
+        known_context,
+        parse_ints,
+        parse_names,
+        render,
+        run_bench,
+        write_results,
+    )
+
+    config = BenchConfig(
+        model=model, lengths=parse_ints("lengths", lengths), futures=parse_ints("futures", futures),
+        num_futures=num_futures, tokens=tokens, budget=budget, repeats=repeats, decode_tokens=decode_tokens,
+        scorers=parse_names("scorers", scorers), threads=threads, device=device, dtype=dtype, compile=compile,
+    )  # fmt: skip
+    config.check_context(known_context(model))
+    out = out or default_out(model, device)
+    if out.is_dir():
+        raise ValueError(f"out: {out} is a directory, expected a .json file path")
+    results = run_bench(config, log=lambda line: typer.echo(line, err=True))
+    typer.echo(render(results), nl=False)
+    typer.echo(f"\nWrote {write_results(results, out)}")
+
+
 def main() -> None:  # pragma: no cover
     sys.exit(app())

@@ -25,8 +25,9 @@ ALLOWED = {
     "pipeline": {"contracts", "families", "hf", "pipeline"},
     "presets": {"pipeline", "presets"},
     "eval": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval"},
-    "cli": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval", "cli"},
-    "root": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval"},
+    "bench": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval", "bench"},
+    "cli": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval", "bench", "cli"},
+    "root": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval", "bench"},
 }
 
 

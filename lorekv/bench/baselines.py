@@ -1,0 +1,97 @@
+"""transformers' own paths, the baselines lorekv is measured against: the model with SDPA
+attention and its own cache (batch-1 decode steps, ``generate``).
+
+The model's attention implementation is switched to SDPA for the block and restored after,
+as :func:`lorekv.hf.reference_prefill_seconds` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorekv.hf import ATTENTION_NAME
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+
+@contextlib.contextmanager
+def sdpa(model: PreTrainedModel) -> Iterator[PreTrainedModel]:
+    """``model`` with transformers' SDPA attention for the block; its attention restored after."""
+    previous = getattr(model.config, "_attn_implementation", None)
+    model.set_attn_implementation("sdpa")
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(previous or ATTENTION_NAME)
+
+
+@functools.cache
+def _cache_name(model_type: type) -> str:
+    """The forward argument and output field holding the cache (transformers 5 renamed it)."""
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
+
+
+def cache_kwargs(model: PreTrainedModel, cache: Any) -> dict[str, Any]:
+    return {_cache_name(type(model)): cache}
+
+
+@torch.no_grad()
+def prefilled_cache(model: PreTrainedModel, ids: torch.Tensor) -> Any:
+    """transformers' own cache (a ``DynamicCache``) after a plain forward of ``ids`` (1, n)."""
+    out = model(ids, use_cache=True, logits_to_keep=1)
+    return out[_cache_name(type(model))]
+
+
+def trim(cache: Any, length: int) -> None:
+    """Drop the entries of ``cache`` past its first ``length`` tokens (undo decoding into it)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+    elif extra < 0:
+        raise ValueError(f"the cache holds {cache.get_seq_length()} tokens, fewer than {length}")
+
+
+@torch.no_grad()
+def decode_steps(model: PreTrainedModel, cache: Any, first: torch.Tensor, steps: int) -> torch.Tensor:
+    """``steps`` batch-1 greedy decode steps through ``model`` and its ``cache``, feeding
+    ``first`` (1, 1) then each argmax token; the cache is trimmed back afterwards. Returns the
+    last token chosen."""
+    length = cache.get_seq_length()
+    token = first
+    try:
+        for _ in range(steps):
+            logits = model(token, use_cache=True, **cache_kwargs(model, cache)).logits
+            token = logits[:, -1:].argmax(-1)
+        return token
+    finally:
+        trim(cache, length)
+
+
+@torch.no_grad()
+def generate_from(model: PreTrainedModel, ids: torch.Tensor, cache: Any, new_tokens: int) -> torch.Tensor:
+    """transformers' ``generate`` (greedy, exactly ``new_tokens`` tokens) for the prompt ``ids``
+    (1, n) whose first n - 1 tokens ``cache`` already holds; the cache is trimmed back after."""
+    length = cache.get_seq_length()
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    pad = getattr(model.generation_config, "pad_token_id", None)
+    if pad is None:
+        pad = (eos[0] if isinstance(eos, list) else eos) if eos is not None else 0
+    try:
+        return model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            min_new_tokens=new_tokens,
+            max_new_tokens=new_tokens,
+            pad_token_id=pad,
+            **cache_kwargs(model, cache),
+        )
+    finally:
+        trim(cache, length)

@@ -1,0 +1,418 @@
+"""The measurements of ``lorekv bench``, all in one process, as a JSON-ready dict.
+
+Per prompt length n, in this order: each scorer alone on LORE-KV's futures (eager and
+compiled; first, so that a kernel's compilation shows in its own first call), transformers'
+prefill, lorekv's prefill, SnapKV and LORE-KV compression (with phases), peak memory above the
+loaded model, sampling and scoring for every M of the sweep (one prefill per n, the phases
+called directly), T batch-1 decode steps of transformers on the full cache, and decoding speed
+(transformers' ``generate``, lorekv on the full and on the compressed cache). Then the fitted
+growth exponents, the first-call overheads and the issue's targets.
+
+Every timing is a warm-up call then ``repeats`` timed calls; the JSON keeps them all.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import gc
+import inspect
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorekv.bench.baselines import decode_steps, generate_from, prefilled_cache, sdpa
+from lorekv.bench.config import TARGET_LENGTH, BenchConfig, known_context
+from lorekv.bench.measure import Clock, PeakMemory, PerToken, Timed, fit_exponent, per_token, repeat, repeat_seconds
+from lorekv.bench.prompts import prompt_of_length
+from lorekv.eval.harness import PACKAGES, _commit, _machine, _version
+from lorekv.hf import (
+    CompressedCache,
+    ModelRollout,
+    continue_full,
+    decode,
+    max_positions,
+    now,
+    reference_prefill_seconds,
+)
+from lorekv.pipeline import Pipeline, PipelineConfig
+from lorekv.samplers.base import SAMPLERS
+from lorekv.scorers.base import SCORERS, Scorer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+Loader = Callable[[BenchConfig], "tuple[PreTrainedModel, PreTrainedTokenizerBase]"]
+Log = Callable[[str], None]
+
+
+def load_model(config: BenchConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The benchmark's model in its dtype on its device (device-resident weights): a transformers
+    directory or hub id is loaded straight onto a GPU, a bundled model or GGUF file is moved there."""
+    from lorekv.models import BUNDLED, load
+
+    direct = config.device != "cpu" and config.model not in BUNDLED and not config.model.endswith(".gguf")
+    model, tokenizer = load(config.model, config.torch_dtype, device_map=config.device if direct else None)
+    return model.to(config.device), tokenizer
+
+
+def compile_available() -> bool:
+    """Whether this lorekv's pipelines take ``compile=`` (the compiled scorer kernels)."""
+    return "compile" in inspect.signature(Pipeline.from_config).parameters
+
+
+def build_pipeline(config: PipelineConfig, compile: bool) -> Pipeline:
+    if compile and compile_available():
+        return Pipeline.from_config(config, compile=True)  # type: ignore[call-arg]
+    return Pipeline.from_config(config)
+
+
+def build_scorer(name: str, compile: bool) -> Scorer | None:
+    """The scorer ``name`` with its defaults; compiled: its torch.compile'd kernel, or None
+    where this lorekv has no compiled scorers."""
+    scorer = SCORERS.build({"name": name})
+    if not compile:
+        return scorer
+    if not hasattr(scorer, "compile"):
+        return None
+    scorer.compile = True  # type: ignore[attr-defined]
+    return scorer
+
+
+def run_bench(
+    config: BenchConfig,
+    *,
+    loader: Loader = load_model,
+    clock: Clock | None = None,
+    log: Log | None = None,
+) -> dict[str, Any]:
+    """Run every measurement of ``config``; returns the results (see :mod:`lorekv.bench.report`).
+
+    ``clock``: seconds for the timings (default: :func:`lorekv.hf.now` on the device, which
+    synchronises CUDA); ``log``: progress lines.
+    """
+    say = log or (lambda _: None)
+    config.check_context(known_context(config.model))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(config.resolved_threads)
+    try:
+        return _run(config, loader, clock, say)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> dict[str, Any]:
+    device = torch.device(config.device)
+    clock = clock or functools.partial(now, device)
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    load_at_start = _load_average()
+    wall = time.perf_counter()
+    say(f"loading {config.model} ({config.resolved_dtype}, {config.device}) ...")
+    model, tokenizer = loader(config)
+    config.check_context(max_positions(model))
+    compiled = config.compile and compile_available()
+    methods = {name: build_pipeline(p.config, config.compile) for name, p in config.pipelines().items()}
+    methods["capture"] = build_pipeline(methods["lore_kv"].config, False)  # eager: compiles nothing untimed
+    scorers = {
+        name: {"eager": build_scorer(name, False), "compiled": build_scorer(name, True) if compiled else None}
+        for name in config.scorers
+    }
+    lengths: dict[str, Any] = {}
+    for n in config.lengths:
+        lengths[str(n)] = measure_length(model, tokenizer, n, config, methods, scorers, clock, say)
+    results: dict[str, Any] = {
+        "type": "lorekv-bench",
+        "version": 1,
+        "settings": config.model_dump(mode="json"),
+        "device": config.device,
+        "dtype": config.resolved_dtype,
+        "threads": torch.get_num_threads(),
+        "compile": {"requested": config.compile, "available": compile_available(), "used": compiled},
+        "machine": _machine(),
+        "packages": {p: _version(p) for p in PACKAGES},
+        "commit": _commit(),
+        "started": started,
+        "lengths": lengths,
+    }
+    results["growth"] = growth(results)
+    results["first_call_overhead"] = compile_costs(results)
+    results["targets"] = targets(results)
+    results["wall_seconds"] = time.perf_counter() - wall
+    results["load_average"] = {"start": load_at_start, "end": _load_average()}
+    return results
+
+
+def _load_average() -> list[float] | None:
+    """The system's 1/5/15-minute load averages (other work on a shared machine skews every time)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def measure_length(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    n: int,
+    config: BenchConfig,
+    methods: dict[str, Pipeline],
+    scorers: dict[str, dict[str, Scorer | None]],
+    clock: Clock,
+    say: Log,
+) -> dict[str, Any]:
+    """Every measurement at prompt length ``n``, as a dict of raw timings and derived figures."""
+    device = torch.device(config.device)
+    ids = prompt_of_length(tokenizer, n, config.seed).to(device)
+    lore, snap = methods["lore_kv"], methods["snapkv"]
+    for pipeline in (lore, snap):  # futures (T) and decoding (K) both start at position n: n + max(T, K)
+        pipeline.check_input(model, ids, query_aware=True, extra=max(config.decode_tokens - config.tokens, 0))
+    r = config.repeats
+    out: dict[str, Any] = {"n": int(ids.shape[1])}
+
+    say(f"n={n}: scorers alone on M={config.num_futures} futures")
+    alone = _scorers_alone(model, ids, methods["capture"], scorers, r, clock)
+    say(f"n={n}: prefill (transformers, lorekv)")
+    prefill = {
+        "transformers": repeat_seconds(lambda: reference_prefill_seconds(model, ids), r),
+        "lorekv": repeat(lambda: lore.prefill(model, ids), r, clock),
+    }
+    say(f"n={n}: compression (snapkv, lore_kv)")
+    compression = {
+        "snapkv": repeat(lambda: snap.compress(model, ids), r, clock, phases=_phases),
+        "lore_kv": repeat(lambda: lore.compress(model, ids), r, clock, phases=_phases),
+    }
+
+    say(f"n={n}: peak memory")
+    memory, rollout, compressed = _memory(model, ids, lore, snap, device)
+    say(f"n={n}: sampling and scoring for M in {list(config.futures)}")
+    sweep = _sweep(rollout, lore, config, clock)
+    say(f"n={n}: decoding (transformers steps and generate, lorekv full and compressed)")
+    steps, decoding = _decoding(model, ids, rollout, compressed, config, clock)
+    rollout = compressed = None
+    gc.collect()
+
+    out["prefill"] = {key: t.to_dict() for key, t in prefill.items()}
+    out["compression"] = {key: t.to_dict() for key, t in compression.items()}
+    out["memory"] = memory
+    out["futures"] = {m: {key: t.to_dict() for key, t in parts.items()} for m, parts in sweep.items()}
+    out["scorers"] = {
+        name: {kind: (None if t is None else t.to_dict()) for kind, t in kinds.items()} for name, kinds in alone.items()
+    }
+    out["decode_steps"] = {"steps": config.tokens, **steps.to_dict()}
+    out["decode"] = {key: t.to_dict() for key, t in decoding.items()}
+    out["ratios"] = ratios(out, config)
+    return out
+
+
+def _memory(
+    model: PreTrainedModel, ids: torch.Tensor, lore: Pipeline, snap: Pipeline, device: torch.device
+) -> tuple[dict[str, Any], ModelRollout, CompressedCache]:
+    """Peak bytes above the loaded model of each prefill and compression, the KV bytes before
+    and after eviction; also the prefill (rollout) and LORE-KV's compressed cache it made."""
+    memory: dict[str, Any] = {}
+    with PeakMemory(device) as meter:
+        reference_prefill_seconds(model, ids)
+    memory["transformers_prefill"] = meter.peak
+    with PeakMemory(device) as meter:
+        rollout = lore.prefill(model, ids)
+    memory["prefill"] = meter.peak
+    with PeakMemory(device) as meter:
+        snap.compress(model, ids)
+    memory["snapkv"] = meter.peak
+    with PeakMemory(device) as meter:
+        compressed = lore.compress(model, ids)
+    memory["lore_kv"] = meter.peak
+    memory["kv_bytes_before"] = compressed.stats.bytes_before
+    memory["kv_bytes_after"] = compressed.stats.bytes_after
+    memory["kv_bytes_kept"] = compressed.stats.bytes_kept
+    memory["lore_kv_over_prefill_per_kv"] = (memory["lore_kv"] - memory["prefill"]) / memory["kv_bytes_before"]
+    return memory, rollout, compressed
+
+
+def _scorers_alone(
+    model: PreTrainedModel,
+    ids: torch.Tensor,
+    capture: Pipeline,
+    scorers: dict[str, dict[str, Scorer | None]],
+    repeats: int,
+    clock: Clock,
+) -> dict[str, dict[str, Timed | None]]:
+    """Each scorer, eager and compiled, on the same futures: LORE-KV's (M = ``num_futures``),
+    drawn untimed by the eager ``capture`` pipeline. Timed first thing at every length, so that
+    each compiled kernel's compilation lands in its own first call (at the first length)."""
+    futures = capture.sampler.futures(capture.prefill(model, ids))
+    return {
+        name: {
+            kind: (None if s is None else repeat(lambda s=s: s.score(futures), repeats, clock))
+            for kind, s in kinds.items()
+        }
+        for name, kinds in scorers.items()
+    }
+
+
+def _sweep(rollout: ModelRollout, lore: Pipeline, config: BenchConfig, clock: Clock) -> dict[str, dict[str, Timed]]:
+    """Sampling and scoring (LORE-KV's scorer and aggregator) from one prefill for every M of the sweep."""
+    sweep: dict[str, dict[str, Timed]] = {}
+    for m in config.futures:
+        sampler = SAMPLERS.build(lore.config.override({"sampler.num_futures": m}).sampler)
+        sampling = repeat(lambda s=sampler: s.futures(rollout), config.repeats, clock)
+        futures = sampler.futures(rollout)
+        scoring = repeat(lambda f=futures: lore.score(f, rollout.candidates), config.repeats, clock)
+        sweep[str(m)] = {"sampling": sampling, "scoring": scoring}
+    return sweep
+
+
+def _decoding(
+    model: PreTrainedModel,
+    ids: torch.Tensor,
+    rollout: ModelRollout,
+    compressed: CompressedCache,
+    config: BenchConfig,
+    clock: Clock,
+) -> tuple[Timed, dict[str, PerToken]]:
+    """T batch-1 decode steps of transformers on the full cache; per-token decoding time of
+    transformers' ``generate`` and of lorekv on the full and the compressed cache. Every path
+    starts from a cache of the first n - 1 tokens and feeds the last one (which cancels in the
+    per-token difference)."""
+    n, k, r = ids.shape[1], config.decode_tokens, config.repeats
+    last = ids[:, -1:]
+    with sdpa(model):
+        cache = prefilled_cache(model, ids[:, :-1])
+        steps = repeat(lambda: decode_steps(model, cache, last, config.tokens), r, clock)
+        generate = per_token(lambda t: generate_from(model, ids, cache, t), k, r, clock)
+    full = per_token(lambda t: continue_full(model, rollout.head_cache, last, n - 1, t), k, r, clock)
+    after = per_token(lambda t: decode(model, compressed, None, t), k, r, clock)
+    return steps, {"generate": generate, "lorekv_full": full, "lorekv_compressed": after}
+
+
+def _phases(compressed: Any) -> dict[str, float]:
+    return dict(compressed.stats.seconds)
+
+
+def _median(entry: dict[str, Any] | None) -> float | None:
+    return None if entry is None else entry["median"]
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b <= 0 else a / b
+
+
+def ratios(length: dict[str, Any], config: BenchConfig) -> dict[str, float | None]:
+    """The ratios of one length's medians (the issue's comparisons)."""
+    tf = length["prefill"]["transformers"]["median"]
+    lore = length["compression"]["lore_kv"]
+    scorers = length["scorers"]
+    out = {
+        "lore_kv_over_transformers_prefill": _ratio(lore["median"], tf),
+        "lore_kv_over_snapkv": _ratio(lore["median"], length["compression"]["snapkv"]["median"]),
+        "lorekv_prefill_over_transformers_prefill": _ratio(length["prefill"]["lorekv"]["median"], tf),
+        "sampling_over_decode_steps": _ratio(lore["phase_medians"].get("sampling"), length["decode_steps"]["median"]),
+        "lorekv_decode_over_generate": _ratio(
+            length["decode"]["lorekv_full"]["median_per_token"], length["decode"]["generate"]["median_per_token"]
+        ),
+        "compressed_decode_over_generate": _ratio(
+            length["decode"]["lorekv_compressed"]["median_per_token"], length["decode"]["generate"]["median_per_token"]
+        ),
+    }
+    if "projected_loo" in scorers and "attention_mass" in scorers:
+        for kind in ("eager", "compiled"):
+            out[f"projected_loo_over_attention_mass_{kind}"] = _ratio(
+                _median(scorers["projected_loo"][kind]), _median(scorers["attention_mass"][kind])
+            )
+    return out
+
+
+def growth(results: dict[str, Any]) -> dict[str, Any]:
+    """Fitted exponents k of time ~ c * size^k: across n (each phase; the sweep at each M) and
+    across M (the sweep at each n)."""
+    lengths = list(results["lengths"].values())
+    ns = [length["n"] for length in lengths]
+
+    def across_n(get: Callable[[dict[str, Any]], float | None]) -> float | None:
+        points = [(n, get(length)) for n, length in zip(ns, lengths, strict=True)]
+        points = [(n, t) for n, t in points if t is not None]
+        return fit_exponent([p[0] for p in points], [p[1] for p in points]) if points else None
+
+    def phase(name: str) -> Callable[[dict[str, Any]], float | None]:
+        return lambda length: length["compression"]["lore_kv"]["phase_medians"].get(name)
+
+    by_n: dict[str, float | None] = {
+        "transformers prefill": across_n(lambda length: length["prefill"]["transformers"]["median"]),
+        "lorekv prefill": across_n(lambda length: length["prefill"]["lorekv"]["median"]),
+        "lore_kv compression": across_n(lambda length: length["compression"]["lore_kv"]["median"]),
+        "snapkv compression": across_n(lambda length: length["compression"]["snapkv"]["median"]),
+        **{f"lore_kv {name}": across_n(phase(name)) for name in ("prefill", "sampling", "scoring", "selection")},
+    }
+    futures = list(lengths[0]["futures"]) if lengths else []
+    for m in futures:
+        for part in ("sampling", "scoring"):
+            by_n[f"{part} M={m}"] = across_n(lambda length, m=m, part=part: length["futures"][m][part]["median"])
+    by_m: dict[str, dict[str, float | None]] = {}
+    for n, length in zip(ns, lengths, strict=True):
+        ms = [int(m) for m in length["futures"]]
+        by_m[str(n)] = {
+            part: fit_exponent(ms, [length["futures"][str(m)][part]["median"] for m in ms])
+            for part in ("sampling", "scoring")
+        }
+    return {"n": by_n, "M": by_m}
+
+
+def target_length(results: dict[str, Any]) -> str:
+    """The key of the measured length closest to :data:`TARGET_LENGTH` (the targets' n)."""
+    return min(results["lengths"], key=lambda key: (abs(results["lengths"][key]["n"] - TARGET_LENGTH), -int(key)))
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets at the length closest to n = 2048, each with its figure and verdict
+    (None where the figure was not measured, e.g. one length only for an exponent)."""
+    key = target_length(results)
+    length = results["lengths"][key]
+    ratios_ = length["ratios"]
+    kind = "compiled" if results["compile"]["used"] else "eager"
+    m = str(results["settings"]["num_futures"])
+    growth_n = results["growth"]["n"]
+    scoring_growth = growth_n.get(f"scoring M={m}", growth_n["lore_kv scoring"])
+    sampling_growth = growth_n.get(f"sampling M={m}", growth_n["lore_kv sampling"])
+    rows = [
+        ("LORE-KV compression / transformers prefill", ratios_["lore_kv_over_transformers_prefill"], 1.25, "x"),
+        ("LORE-KV compression / SnapKV compression", ratios_["lore_kv_over_snapkv"], 1.2, "x"),
+        ("sampling / T batch-1 decode steps (full cache)", ratios_["sampling_over_decode_steps"], 2.0, "x"),
+        (
+            f"projected LOO / attention mass scoring ({kind})",
+            ratios_.get(f"projected_loo_over_attention_mass_{kind}"),
+            2.0,
+            "x",
+        ),
+        (
+            "compression peak memory above prefill / full KV",
+            length["memory"]["lore_kv_over_prefill_per_kv"],
+            0.25,
+            "of KV",
+        ),
+        (f"sampling growth in n (exponent, M={m})", sampling_growth, 1.2, "k"),
+        (f"scoring growth in n (exponent, M={m})", scoring_growth, 1.2, "k"),
+        ("lorekv prefill / transformers prefill", ratios_["lorekv_prefill_over_transformers_prefill"], 1.05, "x"),
+        ("lorekv decode / transformers generate (full cache)", ratios_["lorekv_decode_over_generate"], 1.05, "x"),
+    ]
+    return [
+        {"name": name, "n": length["n"], "value": value, "limit": limit, "unit": unit,
+         "met": None if value is None else value <= limit}
+        for name, value, limit, unit in rows
+    ]  # fmt: skip
+
+
+def compile_costs(results: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """First call minus the median of the later calls, per length in the order measured: at the
+    first length the compilation (and any first-call cost), at later ones what a new shape costs
+    (with dynamic shapes, no second compilation). Eager scorers are listed for comparison."""
+    out: dict[str, dict[str, float]] = {}
+    for key, length in results["lengths"].items():
+        entries = {f"{name} compression": t for name, t in length["compression"].items()}
+        for name, kinds in length["scorers"].items():
+            entries.update({f"{name} ({kind})": t for kind, t in kinds.items() if t is not None})
+        for label, t in entries.items():
+            out.setdefault(label, {})[key] = t["first"] - t["median"]
+    return out

@@ -1,0 +1,55 @@
+"""The table shows every section; the JSON file round-trips and is written atomically."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from lorekv.bench.report import SECTIONS, default_out, read_results, render, table, write_results
+
+
+def test_the_table_shows_every_section_and_every_length(tiny_results) -> None:
+    text = render(tiny_results)
+    titles = [line[3:] for line in text.splitlines() if line.startswith("== ")]
+    assert len(titles) == len(SECTIONS)
+    assert all(title.startswith(section) for title, section in zip(titles, SECTIONS, strict=True)), titles
+    machine = f"{tiny_results['machine']['cpu']}, {tiny_results['machine']['cores']} cores"
+    for needle in ("n=32", "n=64", "sampling M=2", "scoring M=1", "projected_loo (eager)", "LORE-KV / SnapKV",
+                   "full KV (before eviction)", "sampling vs M at n=64", "tok/s", "Targets (at n=64)", "compile off",
+                   machine, "torch " + tiny_results["packages"]["torch"], "load average"):  # fmt: skip
+        assert needle in text, needle
+    assert sum(line.endswith(("met", "NOT MET", "not measured")) for line in text.splitlines()) == 9
+
+
+def test_a_target_without_a_figure_reads_not_measured(tiny_results) -> None:
+    results = copy.deepcopy(tiny_results)
+    results["targets"][5]["value"] = None
+    results["targets"][5]["met"] = None
+    assert "not measured" in render(results)
+
+
+def test_the_json_round_trips(tiny_results, tmp_path) -> None:
+    path = write_results(tiny_results, tmp_path / "deep" / "bench.json")
+    assert read_results(path) == json.loads(json.dumps(tiny_results))
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".")], "no temporary file left"
+    with pytest.raises(ValueError, match="out: .* is a directory"):
+        write_results(tiny_results, tmp_path)
+    other = tmp_path / "other.json"
+    other.write_text('{"type": "row"}')
+    with pytest.raises(ValueError, match="not a lorekv bench results file"):
+        read_results(other)
+
+
+def test_default_out_names_model_and_device() -> None:
+    assert str(default_out("smollm2-135m-instruct", "cpu")) == "results/bench/smollm2-135m-instruct-cpu.json"
+    assert str(default_out("/models/Qwen2.5-7B/", "cuda:1")) == "results/bench/Qwen2.5-7B-cuda.json"
+    assert str(default_out("owner/name x", "cuda")) == "results/bench/name_x-cuda.json"
+
+
+def test_table_aligns_columns() -> None:
+    text = table("T", ["", "a"], [["row", "1.0 ms"], ["longer row", "10.0 ms"]])
+    lines = text.splitlines()
+    assert lines[0] == "== T ==" and len({len(line) for line in lines[1:]}) <= 2
+    assert lines[3].endswith(" 1.0 ms") and lines[4].endswith("10.0 ms")

@@ -1,0 +1,162 @@
+"""One end-to-end run on a tiny model produces every section, with medians and ratios that
+follow from the raw runs it stores; the baselines compute what lorekv computes."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+from tiny_models import random_ids, tiny_llama, word_tokenizer
+
+from lorekv.bench.baselines import decode_steps, generate_from, prefilled_cache, sdpa
+from lorekv.bench.prompts import prompt_of_length
+from lorekv.bench.run import build_scorer, compile_available, target_length
+from lorekv.hf import ATTENTION_NAME, continue_full, forward, prepare
+from lorekv.hf.cache import PositionedCache
+
+PER_LENGTH = ("n", "prefill", "compression", "memory", "futures", "scorers", "decode_steps", "decode", "ratios")
+
+
+def _timings(node, path=()):
+    """Every stored timing (a dict with runs and a median) in ``node``, with its path."""
+    if isinstance(node, dict):
+        if "runs" in node and "median" in node:
+            yield path, node
+        for key, value in node.items():
+            yield from _timings(value, (*path, key))
+
+
+def test_a_run_produces_every_section_at_the_exact_lengths(tiny_results) -> None:
+    r = tiny_results
+    assert list(r["lengths"]) == ["32", "64"]
+    for key, length in r["lengths"].items():
+        assert set(PER_LENGTH) <= set(length), key
+        assert length["n"] == int(key)
+        assert list(length["futures"]) == ["1", "2"]
+        assert set(length["scorers"]) == {"attention_mass", "loo", "projected_loo"}
+        assert all(kinds["compiled"] is None for kinds in length["scorers"].values()), "compile was off"
+        phases = length["compression"]["lore_kv"]["phase_medians"]
+        assert set(phases) == {"prefill", "sampling", "scoring", "selection"}
+        memory = length["memory"]
+        assert memory["prefill"] > 0 and memory["lore_kv"] >= memory["prefill"] * 0.5
+        assert 0 < memory["kv_bytes_after"] <= memory["kv_bytes_before"]
+        assert length["decode"]["generate"]["tokens"] == 3
+    assert r["lengths"]["64"]["memory"]["kv_bytes_before"] > r["lengths"]["32"]["memory"]["kv_bytes_before"]
+    assert r["compile"] == {"requested": False, "available": compile_available(), "used": False}
+    assert r["threads"] == 1 and r["settings"]["lengths"] == [32, 64]
+    assert len(r["load_average"]["start"]) == 3 and r["wall_seconds"] > 0
+    assert {"cpu", "cores"} <= set(r["machine"]) and r["packages"]["torch"] == torch.__version__
+    assert len(r["targets"]) == 9 and all(t["n"] == 64 for t in r["targets"])
+    assert all(t["met"] == (t["value"] <= t["limit"]) for t in r["targets"] if t["value"] is not None)
+    assert r["_log"][0].startswith("loading tiny") and any("n=64: decoding" in line for line in r["_log"])
+
+
+def test_medians_and_ratios_follow_from_the_raw_runs(tiny_results) -> None:
+    found = list(_timings(tiny_results))
+    assert len(found) == 2 * (2 + 2 + 2 * 2 + 3 + 1 + 3 * 2)  # prefills, compressions, sweep, scorers, steps, decodes
+    for path, timing in found:
+        assert len(timing["runs"]) == 1 and timing["median"] == statistics.median(timing["runs"]), path
+        assert timing["first"] > 0, path
+    for length in tiny_results["lengths"].values():
+        ratios = length["ratios"]
+        tf = length["prefill"]["transformers"]["median"]
+        lore = length["compression"]["lore_kv"]
+        assert ratios["lore_kv_over_transformers_prefill"] == lore["median"] / tf
+        assert ratios["lore_kv_over_snapkv"] == lore["median"] / length["compression"]["snapkv"]["median"]
+        assert ratios["lorekv_prefill_over_transformers_prefill"] == length["prefill"]["lorekv"]["median"] / tf
+        assert ratios["sampling_over_decode_steps"] == lore["phases"][0]["sampling"] / length["decode_steps"]["median"]
+        mass, ploo = length["scorers"]["attention_mass"]["eager"], length["scorers"]["projected_loo"]["eager"]
+        assert ratios["projected_loo_over_attention_mass_eager"] == ploo["median"] / mass["median"]
+        assert ratios["projected_loo_over_attention_mass_compiled"] is None
+        for name in ("generate", "lorekv_full", "lorekv_compressed"):
+            d = length["decode"][name]
+            assert d["per_token"] == [(a - b) / 2 for a, b in zip(d["long"]["runs"], d["short"]["runs"], strict=True)]
+            tps = d["tokens_per_second"]
+            assert (tps == 1 / d["median_per_token"]) if d["median_per_token"] > 0 else (tps is None)
+        memory = length["memory"]
+        assert (
+            memory["lore_kv_over_prefill_per_kv"] == (memory["lore_kv"] - memory["prefill"]) / memory["kv_bytes_before"]
+        )
+
+
+def test_growth_is_fitted_on_the_stored_medians(tiny_results) -> None:
+    from lorekv.bench.measure import fit_exponent
+
+    lengths = tiny_results["lengths"]
+    growth = tiny_results["growth"]
+    sampling = [lengths[k]["futures"]["2"]["sampling"]["median"] for k in ("32", "64")]
+    assert growth["n"]["sampling M=2"] == fit_exponent([32, 64], sampling)
+    scoring = [lengths["64"]["futures"][m]["scoring"]["median"] for m in ("1", "2")]
+    assert growth["M"]["64"]["scoring"] == fit_exponent([1, 2], scoring)
+    assert {"transformers prefill", "lorekv prefill", "lore_kv sampling", "lore_kv scoring"} <= set(growth["n"])
+    overhead = tiny_results["first_call_overhead"]["lore_kv compression"]
+    compression = lengths["32"]["compression"]["lore_kv"]
+    assert overhead["32"] == compression["first"] - compression["median"]
+
+
+def test_target_length_is_the_closest_to_2048() -> None:
+    def results(*ns):
+        return {"lengths": {str(n): {"n": n} for n in ns}}
+
+    assert target_length(results(512, 1024, 2048, 4096)) == "2048"
+    assert target_length(results(512, 1024)) == "1024"
+    assert target_length(results(1024, 3072)) == "3072", "a tie goes to the longer prompt"
+
+
+@pytest.mark.parametrize("n", [2, 32, 64, 300])
+def test_prompts_have_exactly_n_tokens(n) -> None:
+    tokenizer = word_tokenizer()
+    ids = prompt_of_length(tokenizer, n)
+    assert ids.shape == (1, n) and ids.dtype == torch.long
+    assert torch.equal(ids, prompt_of_length(tokenizer, n)), "seeded"
+
+
+def test_a_long_prompt_keeps_its_question() -> None:
+    from lorekv.eval import context_and_question_ids, make_task
+
+    tokenizer = word_tokenizer()
+    ids = prompt_of_length(tokenizer, 300)
+    _, question = context_and_question_ids(tokenizer, make_task(tokenizer, 300, 0.5, 0))
+    assert torch.equal(ids[:, -question.shape[1] :], question)
+
+
+def test_transformers_baselines_decode_what_lorekv_decodes_and_leave_the_cache_as_it_was() -> None:
+    model = prepare(tiny_llama())
+    ids = random_ids(20, seed=3)
+    with sdpa(model):
+        assert model.config._attn_implementation == "sdpa"
+        cache = prefilled_cache(model, ids[:, :-1])
+        assert cache.get_seq_length() == 19
+        generated = generate_from(model, ids, cache, 5)
+        assert cache.get_seq_length() == 19
+        last = decode_steps(model, cache, ids[:, -1:], 5)
+        assert cache.get_seq_length() == 19
+    assert model.config._attn_implementation == ATTENTION_NAME, "the attention implementation is restored"
+    head = PositionedCache.for_model(model.config)
+    forward(model, ids[:, :-1], head, torch.arange(19))
+    ours = continue_full(model, head, ids[:, -1:], 19, 5)
+    assert generated.shape == (1, 25) and torch.equal(generated[0, 20:], ours.token_ids)
+    assert int(last) == int(ours.token_ids[-1]), "T steps choose the same tokens"
+
+
+def test_compiled_scorers_only_where_lorekv_has_them() -> None:
+    eager = build_scorer("loo", False)
+    assert eager is not None and not getattr(eager, "compile", False)
+    compiled = build_scorer("loo", True)
+    if compile_available():
+        assert compiled is not None and compiled.compile is True
+    else:
+        assert compiled is None or compiled.compile is True
+
+
+def test_load_model_reads_a_local_directory_in_the_configured_dtype(tmp_path) -> None:
+    from lorekv.bench import BenchConfig, known_context
+    from lorekv.bench.run import load_model
+
+    tiny_llama(layers=2).float().save_pretrained(tmp_path)
+    word_tokenizer().save_pretrained(tmp_path)
+    assert known_context(str(tmp_path)) == 512
+    model, tokenizer = load_model(BenchConfig(model=str(tmp_path), lengths=(64,), dtype="bfloat16"))
+    assert next(model.parameters()).dtype == torch.bfloat16 and next(model.parameters()).device.type == "cpu"
+    assert tokenizer("w1 w2")["input_ids"] == [1, 2]
