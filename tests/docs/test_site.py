@@ -23,7 +23,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
 
     home = (site / "index.html").read_text()
     assert '<pre class="mermaid">' in home, "the pipeline diagram is a mermaid block"
-    assert "Pipeline.from_config" in re.sub(r"<[^>]+>", "", home), "the ten-line example is on the home page"
+    assert "Pipeline.from_config" in re.sub(r"<[^>]+>", "", home), "the short example is on the home page"
     components = (site / "reference/components/index.html").read_text()
     row = re.search(r"<td><code>num_futures</code></td>\s*<td>int</td>\s*<td><code>(\d+)</code></td>", components)
     assert row, "the temperature sampler's num_futures row is rendered"
