@@ -1,4 +1,4 @@
-"""mkdocs hook: the component reference, rendered from each config's pydantic schema.
+"""mkdocs hook: the component and command-line references, rendered from the code.
 
 A page writes ``<!-- lorekv:components FAMILY -->`` (``sampler``, ``scorer``, ``aggregator`` or
 ``policy``) and gets, in its place, the fields common to the family (its base config) and one
@@ -6,7 +6,9 @@ section per registered component: the class's summary, then a table of the confi
 with their type, default and allowed range taken from ``model_json_schema()`` and the
 description from the ``Attributes:`` section of the config's docstring. A default is therefore
 written once, in code; ``tests/docs/test_components_page.py`` checks the rendered tables
-against the configs.
+against the configs. ``<!-- lorekv:presets -->`` renders every preset's signature, and
+``<!-- lorekv:cli COMMAND -->`` a ``lorekv`` subcommand's arguments and options, with their
+defaults and help, from the typer app.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 MARKER = re.compile(r"^<!-- lorekv:components (\w+) -->$", re.MULTILINE)
 PRESETS_MARKER = "<!-- lorekv:presets -->"
+CLI_MARKER = re.compile(r"^<!-- lorekv:cli (\w+) -->$", re.MULTILINE)
 
 
 def registries() -> dict[str, Any]:
@@ -156,7 +159,43 @@ def render_presets() -> str:
     return "\n".join(rows)
 
 
+def cli_commands() -> dict[str, Any]:
+    """The ``lorekv`` command's subcommands as click commands, by name."""
+    import typer.main
+
+    from lorekv.cli import app
+
+    return dict(typer.main.get_command(app).commands)
+
+
+def render_command(name: str) -> str:
+    """One subcommand: its help line and a table of its arguments and options, defaults from the code."""
+    command = cli_commands()[name]
+    out = [" ".join((command.help or "").split()), ""]
+    if not command.params:
+        return "\n".join([*out, "No arguments or options."])
+    out += ["| argument / option | default | |", "|---|---|---|"]
+    for param in command.params:
+        flags = " / ".join(f"`{flag}`" for flag in (*param.opts, *param.secondary_opts))
+        if param.param_type_name == "argument":
+            flags = f"`{param.name.upper()}`" + ("..." if param.nargs == -1 else "")
+        if param.required:
+            default = "*required*"
+        elif param.default is None or param.multiple:
+            default = "—"
+        elif isinstance(param.default, bool) and param.secondary_opts:
+            default = f"`{param.opts[0] if param.default else param.secondary_opts[0]}`"
+        else:
+            default = f"`{param.default}`"
+        note = " ".join((getattr(param, "help", None) or "").split()).replace("|", "\\|")
+        if param.multiple and "repeatable" not in note:
+            note += " (repeatable)"
+        out.append(f"| {flags} | {default} | {note} |")
+    return "\n".join(out)
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    """mkdocs hook: replace the ``<!-- lorekv:components FAMILY -->`` and ``<!-- lorekv:presets -->`` markers."""
+    """mkdocs hook: replace the ``lorekv:components``, ``lorekv:presets`` and ``lorekv:cli`` markers."""
     markdown = MARKER.sub(lambda m: render_family(m.group(1)), markdown)
+    markdown = CLI_MARKER.sub(lambda m: render_command(m.group(1)), markdown)
     return markdown.replace(PRESETS_MARKER, render_presets()) if PRESETS_MARKER in markdown else markdown

@@ -92,3 +92,16 @@ def test_the_page_writes_no_defaults_by_hand() -> None:
     assert "| default |" not in source, "a hand-written defaults table: use the generated ones"
     rendered = hook.on_page_markdown(source)
     assert "<!-- lorekv:" not in rendered and "### `projected_loo`" in rendered
+
+
+def test_the_command_line_reference_is_generated_from_the_commands() -> None:
+    source = (ROOT / "docs/reference/cli.md").read_text()
+    assert "| default |" not in source, "a hand-written options table: use <!-- lorekv:cli COMMAND -->"
+    commands = hook.cli_commands()
+    assert set(re.findall(r"<!-- lorekv:cli (\w+) -->", source)) == set(commands), "every command, once"
+    needle = hook.render_command("needle")
+    trials = next(p for p in commands["needle"].params if p.name == "trials")
+    assert f"| `--trials` | `{trials.default}` |" in needle
+    assert "| `--chat` / `--no-chat` | `--chat` |" in hook.render_command("generate")
+    assert "| `--prompt-file` | *required* |" in hook.render_command("generate")
+    assert "| `TARGETS`... | *required* |" in hook.render_command("eval")
