@@ -1,6 +1,8 @@
 # Every target sets up .venv first (idempotent). torch is pinned and installed first: an
 # unpinned torch would pull a CUDA build of several GB.
 PYTHON ?= python3
+# mkdocs-material prints a banner about its successor on every build; the build is the same.
+export NO_MKDOCS_2_WARNING := 1
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lorekv-installed
@@ -21,14 +23,17 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/lorekv demo
 
+# The suite includes tests/docs: every Python block of the README and docs/ runs, and the site
+# builds with mkdocs build --strict (tests/docs/test_site.py), so CI checks the docs too.
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not integration"
 
+# The documented way to build the site: into site/, failing on any warning.
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict
+	$(BIN)/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .hypothesis
