@@ -106,10 +106,13 @@ def lorekv_attention(
     layer = active.cache.layers[module.layer_idx]
     window = sliding_window if sliding_window is not None else layer.window
     if layer.prefix is not None:
-        prefix = layer.prefix
-        cascade = compiled(shared_prefix_attention) if active.compile else shared_prefix_attention
+        prefix, positions = layer.prefix, active.key_positions[module.layer_idx]
+        cascade = shared_prefix_attention
+        if active.compile:  # contiguous: views into reserved room add stride guards, hence recompilations
+            cascade = compiled(shared_prefix_attention)
+            key, value, positions = key.contiguous(), value.contiguous(), positions.contiguous()
         out = cascade(
-            query, key, value, active.key_positions[module.layer_idx], active.query_positions,
+            query, key, value, positions, active.query_positions,
             prefix.keys, prefix.values, prefix.positions, prefix.padded, window, scaling,
         )  # fmt: skip
         return out.transpose(1, 2).contiguous(), None

@@ -19,7 +19,7 @@ class CompressionStats:
         candidate_tokens: how many prompt tokens were eviction candidates (n - 1 when the
             last prompt token is re-fed through the compressed cache, else n).
         layer_indices: the evicted (full-attention) layers.
-        kept: kept[l][g], real tokens kept by evicted layer l, KV head g.
+        kept: ``kept[l][g]``, real tokens kept by evicted layer l, KV head g.
         bytes_before: bytes of the prompt's KV cache, every layer, before eviction.
         bytes_after: bytes actually allocated after eviction (padding of ragged heads included).
         bytes_kept: bytes of the kept entries alone (no padding).
