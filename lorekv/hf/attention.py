@@ -147,11 +147,17 @@ def shared_prefix_attention(
     """Attention of B branches over a shared prefix and their own tokens, the prefix read once.
 
     Args:
-        query: (B, H, q, d) the branches' queries at ``query_positions`` (q,).
-        keys, values: (B, G, S, d) each branch's own entries, at ``key_positions`` (B, G, S).
-        prefix_keys, prefix_values: (1, G, K, d) the shared batch-1 layer, every entry before
-            every query, at ``prefix_positions`` (1, G, K); ``prefix_padded``: some are padding.
+        query: (B, H, q, d) the branches' queries.
+        keys: (B, G, S, d) each branch's own entries.
+        values: (B, G, S, d) their values.
+        key_positions: (B, G, S) their positions.
+        query_positions: (q,) the queries' positions.
+        prefix_keys: (1, G, K, d) the shared batch-1 layer, every entry before every query.
+        prefix_values: (1, G, K, d) its values.
+        prefix_positions: (1, G, K) its positions.
+        prefix_padded: some prefix entries are padding (an evicted cache).
         window: the layer's sliding window (None: full attention).
+        scaling: the softmax scale of q . k.
 
     Returns:
         (B, H, q, d), equal to attention over the concatenation [prefix, own] up to rounding.
@@ -192,7 +198,11 @@ def partial_attention(
     """Softmax attention and its log-sum-exp, for merging with other partial attentions.
 
     Args:
-        query: (B, H, Q, d); keys, values: (B or 1, H, K, d); mask: (B or 1, H, Q, K) bool or None.
+        query: (B, H, Q, d).
+        keys: (B or 1, H, K, d).
+        values: (B or 1, H, K, d).
+        mask: (B or 1, H, Q, K) bool, True where a query sees a key; None: every key.
+        scaling: the softmax scale of q . k.
 
     Returns:
         The output (B, H, Q, d) in the query's dtype and the log-sum-exp of the scaled logits
