@@ -1,4 +1,4 @@
-"""The ``lorekv`` command line: the demo, generation from a config, the needle benchmark."""
+"""The ``lorekv`` command line: the demo, generation from a config, evaluation grids, reports, the cost benchmark."""
 
 import functools
 import json
@@ -94,36 +94,47 @@ def _mib(n: int) -> str:
 def demo(
     model: ModelOpt = "smollm2-135m-instruct",
     budget: BudgetOpt = 64,
-    tokens: Annotated[int, typer.Option(help="Haystack length in tokens.")] = 1500,
-    depth: Annotated[float, typer.Option(help="Needle depth in [0, 1].")] = 0.5,
+    length: Annotated[int, typer.Option(help="Prompt length in tokens (the sample fills 90-100% of it).")] = 1500,
+    task: Annotated[str, typer.Option(help="Task family of `lorekv eval` (see docs/reference/evaluation.md).")] = (
+        "niah_single"
+    ),
     seed: int = 0,
-    max_new_tokens: int = 16,
 ) -> None:
-    """Answer one needle-in-a-haystack question with the full cache, LORE-KV and the prompt-window control."""
-    from lorekv.eval import make_task, prompt_ids, run_method
-    from lorekv.eval.needle import check_task
-    from lorekv.hf import check_context
+    """Answer one long-context question with the full cache, LORE-KV and the prompt-window control."""
+    import time
+
+    from lorekv.eval.tasks import check_length, make_sample, parse_task
+    from lorekv.hf import check_context, generate_full
+    from lorekv.models import end_of_turn_ids
+    from lorekv.pipeline import Pipeline
     from lorekv.presets import preset
 
-    check_task(tokens, depth)
-    _check_generation(max_new_tokens)
+    config = parse_task(task)
+    check_length(length, config)
     methods = {
         "full cache": None,
-        "LORE-KV": preset("lore_kv", budget),
-        "prompt window (SnapKV)": preset("snapkv", budget),
+        "LORE-KV": Pipeline.from_config(preset("lore_kv", budget)),
+        "prompt window (SnapKV)": Pipeline.from_config(preset("snapkv", budget)),
     }
     net, tokenizer = _load(model)
-    check_context(net, tokens, max_new_tokens, "answer")  # the haystack alone; the exact check follows
-    task = make_task(tokenizer, tokens, depth, seed)
-    ids = prompt_ids(tokenizer, task)
-    typer.echo(f"Prompt: {ids.shape[1]} tokens, needle at depth {depth:.2f}; expected answer {task.answer}.")
+    sample = make_sample(config, tokenizer, length, seed=seed)
+    ids = sample.prompt_ids(tokenizer)
+    check_context(net, ids.shape[1], sample.max_new_tokens, "answer")
+    eos = end_of_turn_ids(tokenizer)
+    typer.echo(f"Task {sample.task}: {ids.shape[1]} prompt tokens; expected answer {', '.join(sample.answers)}.")
     typer.echo(f"Budget: {budget} tokens per KV head.\n")
-    for name, config in methods.items():
+    for name, pipeline in methods.items():
         typer.echo(f"[{name}] running ...")
-        result, seconds = run_method(net, tokenizer, config, ids, max_new_tokens)
+        start = time.perf_counter()
+        if pipeline is None:
+            result = generate_full(net, ids, sample.max_new_tokens, eos_token_id=eos)
+        else:
+            result = pipeline.generate(net, ids, sample.max_new_tokens, eos_token_id=eos, tokenizer=tokenizer)
+        seconds = time.perf_counter() - start
         answer = result.text(tokenizer).strip()
-        verdict = "correct" if task.is_correct(answer) else "wrong"
-        typer.echo(f"  answer: {task.answer_prefix} {answer!r} -> {verdict}")
+        score = sample.score(answer)
+        verdict = "correct" if score == 1 else ("wrong" if score == 0 else f"score {score:.2f}")
+        typer.echo(f"  answer: {sample.answer_prefix} {answer!r} -> {verdict}")
         if result.stats is None:
             typer.echo(f"  kept: 100%   total {seconds:.2f} s")
         else:
@@ -186,54 +197,6 @@ def generate(
         result = decode(net, compressed, question_ids, max_new_tokens, eos_token_id=eos)
     typer.echo(result.text(tokenizer))
     typer.echo(json.dumps({"stats": result.stats.to_dict(), "decode_seconds": result.decode_seconds}, indent=2))
-
-
-@app.command()
-@_guarded
-def needle(
-    out: Annotated[Path, typer.Option(help="Results JSONL; rerunning resumes it.")] = Path("results/needle.jsonl"),
-    trials: int = 12,
-    budget: Annotated[int, typer.Option(help="Kept tokens per KV head on average (B) for the presets.")] = 64,
-    tokens: int = 1250,
-    methods: Annotated[str, typer.Option(help="Comma-separated: full and/or preset names.")] = "full,lore_kv,snapkv",
-    config: Annotated[
-        list[Path] | None,
-        typer.Option(help="Pipeline YAML/JSON files run as extra methods named by file stem, as written."),
-    ] = None,
-    set_: SetOpt = None,
-    model: ModelOpt = "smollm2-135m-instruct",
-    max_new_tokens: int = 16,
-) -> None:
-    """Needle-in-a-haystack accuracy of several methods (resumable)."""
-    from lorekv.eval import needle_results, resolve_methods, run_needle, summarize_needle
-    from lorekv.eval.needle import check_task
-    from lorekv.hf import check_context
-
-    if trials < 1:
-        raise ValueError(f"trials must be >= 1, got {trials}")
-    check_task(tokens)
-    _check_generation(max_new_tokens)
-    names = [m.strip() for m in methods.split(",") if m.strip()]
-    configs = resolve_methods(names, budget, config or [], _overrides(set_))
-    results = needle_results(out)
-    net, tokenizer = _load(model)
-    check_context(net, tokens, max_new_tokens, "answer")
-
-    def report(row: dict[str, Any]) -> None:
-        verdict = "ok " if row["correct"] else "BAD"
-        typer.echo(f"trial {row['seed']:>3} {row['method']:<14} {verdict} {row['answer'].strip()[:40]!r}")
-
-    run_needle(
-        net, tokenizer, model_name=model, methods=configs, results=results, trials=trials, tokens=tokens,
-        max_new_tokens=max_new_tokens, report=report,
-    )  # fmt: skip
-    typer.echo("")
-    for row in summarize_needle(results, model_name=model, methods=configs, tokens=tokens):
-        budget_text = "full" if row.budget is None else f"B={row.budget}"
-        typer.echo(
-            f"{row.method:<14} {budget_text:<7} {row.correct}/{row.trials} correct   "
-            f"median total {row.median_seconds:.2f} s"
-        )
 
 
 @app.command(name="eval")
@@ -369,7 +332,7 @@ def bench(
     out: Annotated[Path | None, typer.Option(help="JSON file (default: results/bench/<model>-<device>.json).")] = None,
 ) -> None:
     """Time compression against transformers' prefill and SnapKV; phases, scorers, memory, growth, decoding."""
-    from lorekv.bench import (
+    from lorekv.cost import (
         BenchConfig,
         default_out,
         known_context,

@@ -27,19 +27,22 @@ def run(*args: str):
 @pytest.mark.parametrize(
     "args,match",
     [
-        (["demo", "--max-new-tokens", "0"], "max_new_tokens must be an integer >= 1"),
-        (["demo", "--depth", "2"], r"depth must lie in \[0, 1\]"),
-        (["demo", "--tokens", "10"], "tokens .* >= 64"),
+        (["demo", "--length", "10"], "length must be an integer >= 256"),
+        (["demo", "--task", "nope"], "nope"),
         (["demo", "--budget", "0"], "budget"),
         (["demo", "--budget", "16"], "budget must be > window"),
-        (["needle", "--tokens", "10"], "tokens .* >= 64"),
-        (["needle", "--methods", ","], "nothing to run"),
-        (["needle", "--methods", "nope"], "unknown"),
-        (["needle", "--trials", "0"], "trials"),
-        (["needle", "--max-new-tokens", "0"], "max_new_tokens"),
-        (["needle", "--set", "policy.budget=yes"], "policy.budget"),
-        (["needle", "--set", "budget=3"], "<part>.<field>"),
-        (["needle", "--set", "policy.budget"], "<part>.<field>=<value>"),
+        (
+            ["generate", "--preset", "lore_kv", "--budget", "8", "--prompt-file", "p", "--set", "policy.budget=yes"],
+            "policy.budget",
+        ),
+        (
+            ["generate", "--preset", "lore_kv", "--budget", "8", "--prompt-file", "p", "--set", "budget=3"],
+            "<part>.<field>",
+        ),
+        (
+            ["generate", "--preset", "lore_kv", "--budget", "8", "--prompt-file", "p", "--set", "policy.budget"],
+            "<part>.<field>=<value>",
+        ),
     ],
 )
 def test_bad_arguments_fail_before_the_model_loads(no_model, args, match) -> None:
@@ -74,8 +77,6 @@ def test_bad_files_fail_before_the_model_loads(no_model, tmp_path) -> None:
     assert code == 2 and "is a directory" in output
     code, output = run("generate", "--config", str(config), "--budget", "3", "--prompt-file", str(prompt))
     assert code == 2 and "--set policy.budget=3" in output
-    code, output = run("needle", "--out", str(tmp_path))
-    assert code == 2 and "is a directory" in output
     empty = tmp_path / "empty.txt"
     empty.write_text("  \n")
     code, output = run("generate", "--config", str(config), "--prompt-file", str(empty))

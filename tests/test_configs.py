@@ -1,4 +1,4 @@
-"""Every shipped configuration parses and round-trips: the presets and ``benchmarks/configs``."""
+"""Every shipped configuration parses and round-trips: the presets and ``evaluations/configs``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from lorekv import Pipeline, PipelineConfig, preset
 from lorekv.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = sorted((ROOT / "benchmarks" / "configs").glob("*.yaml"))
+SHIPPED = sorted((ROOT / "evaluations" / "configs").glob("*.yaml"))
 
 
 def round_trips(config: PipelineConfig, tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_last_prompt_query_option_round_trips(name: str, tmp_path: Path) -> None
     assert preset(name, 40).sampler.include_last_prompt_query is False
 
 
-GRIDS = sorted((ROOT / "benchmarks" / "grids").glob("*.yaml"))
+GRIDS = sorted((ROOT / "evaluations" / "grids").glob("*.yaml"))
 
 
 def test_benchmark_grids_exist() -> None:

@@ -24,10 +24,11 @@ ALLOWED = {
     "models": {"models"},
     "pipeline": {"contracts", "families", "hf", "pipeline"},
     "presets": {"pipeline", "presets"},
-    "eval": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval"},
-    "bench": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval", "bench"},
-    "cli": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval", "bench", "cli"},
-    "root": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval", "bench"},
+    "runfiles": {"runfiles"},
+    "eval": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval"},
+    "cost": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval", "cost"},
+    "cli": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval", "cost", "cli"},
+    "root": {"contracts", "families", "hf", "models", "pipeline", "presets", "eval", "cost"},
 }
 
 
@@ -74,6 +75,86 @@ def imports(path: Path) -> set[str]:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names if node.module == "lorekv")
     return found
+
+
+def module_names() -> set[str]:
+    return {name for name, _ in modules()}
+
+
+def edges(name: str, path: Path, known: set[str]) -> set[str]:
+    """The lorekv modules ``name`` runs at import or call time: ``from a.b import c`` names the
+    module ``a.b.c`` when there is one (a submodule), else ``a.b`` (a name defined there)."""
+    out = set()
+    for node in runtime_nodes(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module in known:
+            for alias in node.names:
+                out.add(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in known else node.module)
+    return out - {name}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of ``graph`` with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_import_cycles_are_found() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    """No module imports, directly or through others, a module that imports it back, lazy
+    (function-level) imports included: the house is a tree, whatever runs first."""
+    known = module_names()
+    graph = {name: edges(name, path, known) for name, path in modules()}
+    assert not import_cycles(graph), import_cycles(graph)
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: itself for a package, else its parent."""
+    return module if (PACKAGE.parent / module.replace(".", "/")).is_dir() else module.rsplit(".", 1)[0]
+
+
+def test_no_private_names_imported_across_packages() -> None:
+    """A module uses another package's private name (``_x``) nowhere: what two packages share is public."""
+    found = []
+    for name, path in modules():
+        for node in runtime_nodes(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lorekv"):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private and package_of(node.module) != package_of(name):
+                    found.append(f"{name} imports {private} from {node.module}")
+    assert not found, found
 
 
 def test_every_module_has_a_layer() -> None:

@@ -2,7 +2,7 @@
 
 Each function draws the rows of ONE (model, mode, length) section into one PNG and returns its
 path; :func:`section_figures` draws all that apply for the report. Accuracies are macro means
-with their 95% intervals, computed as in the report (:func:`lorekv.eval.report.macro_cells`).
+with their 95% intervals, computed as in the report (:func:`lorekv.eval.rows.macro_cells`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from lorekv.eval.report import (  # noqa: E402
+from lorekv.eval.results import decode_keep_map  # noqa: E402
+from lorekv.eval.rows import (  # noqa: E402
     FULL,
     CellStats,
     budget_labels,
     budget_value,
     check_rows,
-    decode_keep_map,
     macro_cells,
     median_seconds,
     methods_of,

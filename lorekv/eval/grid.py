@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
-from lorekv.eval.runner import FULL
+from lorekv.eval.rows import FULL
 from lorekv.eval.tasks import Sample, TaskConfig, check_length, make_sample, parse_task
 from lorekv.models.bundled import BUNDLED
 from lorekv.pipeline import PipelineConfig

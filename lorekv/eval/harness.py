@@ -16,11 +16,8 @@ import datetime
 import fcntl
 import json
 import os
-import platform
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,13 +25,12 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from lorekv.eval.grid import GridConfig, Unit, cell_key, units
-from lorekv.eval.results import ResultsFile, atomic_write_text
+from lorekv.eval.results import ResultsFile
 from lorekv.eval.shared import Cell, run_unit
+from lorekv.runfiles import atomic_write_text, git_commit, machine, package_version, package_versions
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-PACKAGES = ("torch", "transformers", "numpy", "pydantic", "accelerate", "lorekv")
 
 
 class EvalRow(BaseModel):
@@ -112,53 +108,16 @@ def shard_path(out: Path, shard: tuple[int, int]) -> Path:
     return out if count == 1 else out.with_name(f"{out.stem}.shard{index}of{count}{out.suffix or '.jsonl'}")
 
 
-def _commit() -> str | None:
-    root = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if head.returncode != 0:
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def _machine() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    machine = {"system": platform.platform(), "cpu": cpu, "cores": os.cpu_count(), "python": sys.version.split()[0]}
-    if torch.cuda.is_available():
-        machine["gpu"] = torch.cuda.get_device_name(0)
-    return machine
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def run_header(grid: GridConfig, shard: tuple[int, int]) -> dict[str, Any]:
     """The first line of a results file: what produced it, and on what."""
     return {
         "type": "header",
         "grid": grid.digest,
         "grid_config": grid.model_dump(mode="json"),
-        "lorekv": _version("lorekv"),
-        "commit": _commit(),
-        "packages": {p: _version(p) for p in PACKAGES},
-        "machine": _machine(),
+        "lorekv": package_version("lorekv"),
+        "commit": git_commit(),
+        "packages": package_versions(),
+        "machine": machine(),
         "threads": torch.get_num_threads(),
         "device": grid.device_map or process_device(grid.device),
         "dtype": grid.dtype,

@@ -11,229 +11,33 @@ and links to the figures (:mod:`lorekv.eval.figures`). How intervals are compute
 
 from __future__ import annotations
 
-import base64
-import math
-import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from lorekv.eval.stats import PairedDifference, macro_interval, mean_interval, paired_difference
-
-FULL = "full"
-"""The method name and budget label of the full cache (nothing evicted); see ``runner.FULL``."""
-
-REQUIRED = (
-    "model", "mode", "length", "task", "index", "method", "budget_label", "budget", "score", "compression_seconds",
-)  # fmt: skip
-"""Row keys the report reads; other keys of the runner's rows are carried but not needed."""
-
-IDENTITY = ("model", "mode", "length", "task", "index", "method", "budget_label")
-"""Keys that identify a row: two rows with the same values are a duplicate (an error)."""
-
-Section = tuple[str, str, int]
-"""(model, mode, length): rows of one section are compared with each other, never across."""
-
-Cell = tuple[str, str]
-"""(method, budget_label): one cell of a method x budget table."""
+from lorekv.eval.rows import (
+    FULL,
+    Cell,
+    CellStats,
+    Section,
+    budget_labels,
+    cell_label,
+    check_rows,
+    macro_cells,
+    median_seconds,
+    methods_of,
+    scores_by_task,
+    section_slug,
+    sections,
+    split_records,
+    task_cell,
+)
+from lorekv.eval.stats import PairedDifference, paired_difference
 
 FigureLinks = Mapping[Section, Sequence[tuple[str, str]]]
 """Per section, (caption, relative path) of each figure written for it."""
-
-
-# --- keep maps -----------------------------------------------------------------------------
-
-
-def encode_keep_map(mask: Any, layers: Sequence[int]) -> dict[str, Any]:
-    """The ``keep_map`` field of a result row for a boolean mask (L, H, n); True = kept.
-
-    ``bits`` is base64 of ``numpy.packbits`` of the mask flattened in C order: 1 bit per entry,
-    so a 24-layer, 8-head, 32k-token map is 786 KB raw, ~1 MB as text. ``layers`` names the
-    model layer of each of the L rows (layers without a cache, or not compressed, may be absent).
-    """
-    array = np.asarray(mask)
-    if array.ndim != 3:
-        raise ValueError(f"mask must have shape (layers, heads, positions), got shape {array.shape}")
-    if array.dtype != np.bool_:
-        raise ValueError(f"mask must be boolean, got dtype {array.dtype}")
-    layers = [int(layer) for layer in layers]
-    if len(layers) != array.shape[0]:
-        raise ValueError(f"layers must name each of the mask's {array.shape[0]} layers, got {len(layers)}")
-    bits = base64.b64encode(np.packbits(array.ravel(order="C")).tobytes()).decode("ascii")
-    return {"layers": layers, "shape": [int(s) for s in array.shape], "bits": bits}
-
-
-def decode_keep_map(field: Mapping[str, Any]) -> tuple[list[int], np.ndarray]:
-    """(layers, mask (L, H, n) bool) of a row's ``keep_map`` field: the inverse of :func:`encode_keep_map`."""
-    try:
-        layers, shape, bits = list(field["layers"]), [int(s) for s in field["shape"]], field["bits"]
-    except (KeyError, TypeError) as error:
-        raise ValueError(f"keep_map must hold layers, shape and bits, got {field!r:.200}") from error
-    if len(shape) != 3 or len(layers) != shape[0]:
-        raise ValueError(
-            f"keep_map: shape must be [L, H, n] with L = len(layers), got {shape} for {len(layers)} layers"
-        )
-    packed = np.frombuffer(base64.b64decode(bits), dtype=np.uint8)
-    count = math.prod(shape)
-    if packed.size != (count + 7) // 8:
-        raise ValueError(f"keep_map: bits hold {packed.size} bytes, shape {shape} needs {(count + 7) // 8}")
-    mask = np.unpackbits(packed)[:count].reshape(shape).astype(bool)
-    return layers, mask
-
-
-# --- rows ----------------------------------------------------------------------------------
-
-
-def split_records(records: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(rows, headers) of a results stream that mixes ``{"type": "row"}`` and ``{"type": "header"}``.
-
-    Records without a type are rows; other types are ignored.
-    """
-    rows, headers = [], []
-    for record in records:
-        kind = record.get("type", "row")
-        if kind == "row":
-            rows.append(dict(record))
-        elif kind == "header":
-            headers.append(dict(record))
-    return rows, headers
-
-
-def _row_name(row: Mapping[str, Any], position: int) -> str:
-    return f"row {position} (id {row.get('id', '?')!r})"
-
-
-def check_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The rows as a list, checked: required keys present, scores in [0, 1], the full cache
-    labeled as such, and no two rows with the same :data:`IDENTITY` (a duplicate would count one
-    sample twice, and usually means two runs were concatenated)."""
-    out: list[dict[str, Any]] = []
-    seen: dict[tuple[Any, ...], int] = {}
-    for position, row in enumerate(rows):
-        if row.get("type", "row") != "row":
-            continue
-        missing = [key for key in REQUIRED if key not in row]
-        if missing:
-            raise ValueError(f"rows: {_row_name(row, position)} lacks {missing}")
-        score = row["score"]
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 1:
-            raise ValueError(f"rows: {_row_name(row, position)} has score {score!r}; scores lie in [0, 1]")
-        if (row["method"] == FULL) != (row["budget_label"] == FULL):
-            raise ValueError(
-                f"rows: {_row_name(row, position)} has method {row['method']!r} with budget_label "
-                f"{row['budget_label']!r}; the full cache is method {FULL!r} with budget_label {FULL!r}, and only it"
-            )
-        key = tuple(row[k] for k in IDENTITY)
-        if key in seen:
-            shown = ", ".join(f"{k}={v!r}" for k, v in zip(IDENTITY, key, strict=True))
-            raise ValueError(f"rows: duplicate ({shown}) at rows {seen[key]} and {position}")
-        seen[key] = position
-        out.append(dict(row))
-    return out
-
-
-def _first_appearance(values: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(values))
-
-
-def sections(rows: Sequence[Mapping[str, Any]]) -> dict[Section, list[Mapping[str, Any]]]:
-    """Rows grouped by (model, mode, length), sections sorted by model, mode and length."""
-    grouped: dict[Section, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        grouped.setdefault((str(row["model"]), str(row["mode"]), int(row["length"])), []).append(row)
-    return dict(sorted(grouped.items()))
-
-
-def section_slug(section: Section) -> str:
-    """A file-name-safe name of a section, e.g. ``SmolLM2-360M-query_aware-4096``."""
-    model, mode, length = section
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{model}-{mode}-{length}").strip("-")
-
-
-def methods_of(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Method names in order of first appearance."""
-    return _first_appearance(str(r["method"]) for r in rows)
-
-
-def budget_value(rows: Sequence[Mapping[str, Any]], label: str) -> float:
-    """The numeric budget of ``label``: B itself, or for a ratio label the median of the
-    per-sample budgets it gave (prompts differ in length, so a ratio is not one B)."""
-    budgets = [r["budget"] for r in rows if r["budget_label"] == label and r["budget"] is not None]
-    if not budgets:
-        raise ValueError(f"budget_label {label!r} has no numeric budget in these rows")
-    return float(statistics.median(budgets))
-
-
-def budget_labels(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Budget columns, full cache excluded: fixed budgets (B=...) by B, then ratios by ratio."""
-
-    def order(label: str) -> tuple[int, float]:
-        ratios = [r["ratio"] for r in rows if r["budget_label"] == label and r.get("ratio") is not None]
-        return (1, float(ratios[0])) if ratios else (0, budget_value(rows, label))
-
-    labels = {str(r["budget_label"]) for r in rows} - {FULL}
-    return sorted(labels, key=order)
-
-
-def cell_label(method: str, label: str) -> str:
-    """The budget label a method's rows carry in column ``label``: the full cache has one."""
-    return FULL if method == FULL else label
-
-
-def scores_by_task(rows: Sequence[Mapping[str, Any]], method: str, label: str) -> dict[str, dict[int, float]]:
-    """task -> sample index -> score of one cell, tasks sorted by name."""
-    wanted = cell_label(method, label)
-    out: dict[str, dict[int, float]] = {}
-    for row in rows:
-        if row["method"] == method and row["budget_label"] == wanted:
-            out.setdefault(str(row["task"]), {})[int(row["index"])] = float(row["score"])
-    return dict(sorted(out.items()))
-
-
-@dataclass(frozen=True)
-class CellStats:
-    """Mean score of a cell with its 95% interval, over ``n`` samples of ``tasks`` tasks."""
-
-    mean: float
-    lo: float
-    hi: float
-    n: int
-    tasks: int
-
-
-def task_cell(scores: Mapping[int, float], *, seed: int, resamples: int) -> CellStats:
-    mean, lo, hi = mean_interval(list(scores.values()), seed=seed, resamples=resamples)
-    return CellStats(mean, lo, hi, len(scores), 1)
-
-
-def macro_cell(by_task: Mapping[str, Mapping[int, float]], *, seed: int, resamples: int) -> CellStats:
-    mean, lo, hi = macro_interval({t: list(s.values()) for t, s in by_task.items()}, seed=seed, resamples=resamples)
-    return CellStats(mean, lo, hi, sum(len(s) for s in by_task.values()), len(by_task))
-
-
-def macro_cells(rows: Sequence[Mapping[str, Any]], *, seed: int = 0, resamples: int = 10_000) -> dict[Cell, CellStats]:
-    """Macro accuracy of every (method, budget_label) cell of one section that has rows."""
-    out: dict[Cell, CellStats] = {}
-    labels = budget_labels(rows)
-    for method in methods_of(rows):
-        for label in [FULL] if method == FULL else labels:
-            by_task = scores_by_task(rows, method, label)
-            if by_task:
-                out[(method, label)] = macro_cell(by_task, seed=seed, resamples=resamples)
-    return out
-
-
-def median_seconds(rows: Sequence[Mapping[str, Any]]) -> dict[Cell, float]:
-    """Median ``compression_seconds`` of every (method, budget_label) cell of one section."""
-    values: dict[Cell, list[float]] = {}
-    for row in rows:
-        values.setdefault((str(row["method"]), str(row["budget_label"])), []).append(float(row["compression_seconds"]))
-    return {cell: float(statistics.median(v)) for cell, v in values.items()}
 
 
 # --- formatting ----------------------------------------------------------------------------
@@ -595,18 +399,3 @@ def write_report(
     path = out / "report.md"
     path.write_text(text, encoding="utf-8")
     return path
-
-
-__all__ = [
-    "FULL",
-    "CellStats",
-    "build_report",
-    "check_rows",
-    "decode_keep_map",
-    "encode_keep_map",
-    "macro_cells",
-    "median_seconds",
-    "sections",
-    "split_records",
-    "write_report",
-]

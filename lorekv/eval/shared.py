@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from lorekv.eval.grid import Budget, MethodSpec, Unit, cell_key
-from lorekv.eval.report import encode_keep_map
+from lorekv.eval.results import encode_keep_map
 from lorekv.eval.tasks import Sample
 from lorekv.hf import (
     CompressedCache,

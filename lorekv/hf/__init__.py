@@ -14,7 +14,7 @@
 Only this package and :mod:`lorekv.models` import transformers.
 """
 
-from lorekv.hf.attention import ATTENTION_NAME, QueryCapture, forward, prepare, register
+from lorekv.hf.attention import ATTENTION_NAME, QueryCapture, cache_argument, forward, prepare, register, using_sdpa
 from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer, gather
 from lorekv.hf.compressed import CompressedCache, CompressionStats
 from lorekv.hf.decoding import Generation, continue_full, decode, generate_full
@@ -33,6 +33,7 @@ __all__ = [
     "PositionedCache",
     "PositionedLayer",
     "QueryCapture",
+    "cache_argument",
     "check_context",
     "check_supported",
     "check_token_ids",
@@ -48,4 +49,5 @@ __all__ = [
     "prepare",
     "reference_prefill_seconds",
     "register",
+    "using_sdpa",
 ]

@@ -11,8 +11,10 @@ without copying model code.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -249,9 +251,22 @@ def prepare(model: PreTrainedModel) -> PreTrainedModel:
     return model
 
 
+@contextlib.contextmanager
+def using_sdpa(model: PreTrainedModel) -> Iterator[PreTrainedModel]:
+    """``model`` with transformers' own SDPA attention for the block (the baseline lorekv is
+    measured against); its attention implementation is restored after."""
+    previous = getattr(model.config, "_attn_implementation", None)
+    model.set_attn_implementation("sdpa")
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(previous or ATTENTION_NAME)
+
+
 @functools.cache
-def _cache_argument(model_type: type) -> str:
-    """The name of the forward argument taking the cache (transformers renamed it in 5.x)."""
+def cache_argument(model_type: type) -> str:
+    """The name of ``model_type.forward``'s argument taking the cache, and of the output field
+    returning it (transformers renamed ``past_key_values`` to ``cache`` within 5.x)."""
     params = inspect.signature(model_type.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
@@ -281,6 +296,6 @@ def forward(
             position_ids=positions.view(1, q_len).expand(batch, q_len),
             use_cache=True,
             logits_to_keep=logits_to_keep,
-            **{_cache_argument(type(model)): cache},
+            **{cache_argument(type(model)): cache},
         )
     return out.logits.float()

@@ -12,7 +12,7 @@ import time
 import torch
 from transformers import PreTrainedModel
 
-from lorekv.hf.attention import ATTENTION_NAME
+from lorekv.hf.attention import using_sdpa
 
 
 def now(device: torch.device | str | None = None) -> float:
@@ -27,11 +27,7 @@ def reference_prefill_seconds(model: PreTrainedModel, input_ids: torch.Tensor) -
     """Seconds of transformers' own prefill of ``input_ids`` (1, n): ``model(ids,
     logits_to_keep=1)`` with SDPA attention and its own cache, the floor every eviction method
     pays (DESIGN section 6). The model's attention implementation is restored afterwards."""
-    previous = getattr(model.config, "_attn_implementation", None)
-    model.set_attn_implementation("sdpa")
-    try:
+    with using_sdpa(model):
         start = now(input_ids.device)
         model(input_ids, logits_to_keep=1)
         return now(input_ids.device) - start
-    finally:
-        model.set_attn_implementation(previous or ATTENTION_NAME)

@@ -10,7 +10,7 @@ import stat
 import time
 
 import pytest
-import torch
+from pydantic import BaseModel, ConfigDict
 
 from lorekv.eval.results import ResultsFile
 
@@ -57,22 +57,25 @@ def test_a_duplicated_row_is_refused_with_its_line_number(tmp_path) -> None:
     assert len(ResultsFile(tmp_path / "s.jsonl").records) == 1
 
 
-def test_rows_of_the_wrong_shape_are_refused_with_their_line_number(tmp_path) -> None:
-    from lorekv.eval import needle_results
+class Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
 
+    id: str
+    correct: bool
+    seconds: float
+
+
+def test_rows_of_the_wrong_shape_are_refused_with_their_line_number(tmp_path) -> None:
     path = tmp_path / "r.jsonl"
-    row = {
-        "id": "m|full|B=all|n=300|seed=0", "model": "m", "method": "full", "budget": None, "haystack": 300,
-        "tokens": 320, "seed": 0, "depth": 0.5, "answer": "42", "correct": True, "seconds": 1.0, "stats": None,
-    }  # fmt: skip
-    needle_results(path).add(row)
-    assert needle_results(path).done() == {row["id"]}
+    row = {"id": "m|full|seed=0", "correct": True, "seconds": 1.0}
+    ResultsFile(path, schema=Row).add(row)
+    assert ResultsFile(path, schema=Row).done() == {row["id"]}
     for bad, problem in [({**row, "correct": "yes"}, "correct"), ({"id": "x"}, "Field required"), ([1, 2], "object")]:
         path.write_text(json.dumps(row | {"id": "ok"}) + "\n" + json.dumps(bad) + "\n")
         with pytest.raises(ValueError, match=rf"r.jsonl:2.*{problem}"):
-            needle_results(path)
-    with pytest.raises(ValueError, match="NeedleRow"):
-        needle_results(tmp_path / "t.jsonl").add({**row, "seconds": "slow"})
+            ResultsFile(path, schema=Row)
+    with pytest.raises(ValueError, match="does not fit Row"):
+        ResultsFile(tmp_path / "t.jsonl", schema=Row).add({**row, "seconds": "slow"})
 
 
 def test_a_directory_is_not_a_results_file(tmp_path) -> None:
@@ -100,38 +103,18 @@ def test_temporaries_of_a_killed_run_are_removed_on_the_next_start(tmp_path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
 
 
-def tiny_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.WordLevel({"<unk>": 0, "<eos>": 1}, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>")
-
-
-def write_rows(path, trials: int) -> None:
-    """The needle benchmark's own resumable loop (``run_needle``), its model calls faked."""
-    from lorekv.eval import FULL, needle_results, run_needle
-
-    run_needle(
-        None, tiny_tokenizer(), model_name="fake", methods={FULL: None}, results=needle_results(path),
-        trials=trials, tokens=64,
-    )  # fmt: skip
-
-
-def fake_run_method(model, tokenizer, config, ids, max_new_tokens):
-    from lorekv.hf import Generation
-
-    time.sleep(0.001)
-    return Generation(torch.tensor([1]), torch.zeros(2), None, 0.001), 0.001
+def write_rows(path, count: int) -> None:
+    """A resumable loop as the harness runs one: skip what the file holds, add the rest one by one."""
+    results = ResultsFile(path, schema=Row)
+    done = results.done()
+    for seed in range(count):
+        if str(seed) not in done:
+            time.sleep(0.001)  # the work of one row
+            results.add({"id": str(seed), "correct": seed % 2 == 0, "seconds": 0.001})
 
 
 def test_killed_runs_lose_nothing_duplicate_nothing_and_leave_no_temporaries(tmp_path, monkeypatch) -> None:
-    """Fault injection: a forked needle run is killed (SIGKILL) at random moments 25 times, then finishes."""
-    from lorekv.eval.needle import haystack_sentences
-
-    monkeypatch.setattr("lorekv.eval.runner.run_method", fake_run_method)
-    haystack_sentences()  # built once, before the forks
+    """Fault injection: a forked run is killed (SIGKILL) at random moments 25 times, then finishes."""
     path, rows = tmp_path / "r.jsonl", 150
     rng = random.Random(0)
     seen = [0]
@@ -151,13 +134,13 @@ def test_killed_runs_lose_nothing_duplicate_nothing_and_leave_no_temporaries(tmp
         _, status = os.waitpid(pid, 0)
         assert os.WIFSIGNALED(status), "the run finished before it was killed"
         records = ResultsFile(path).records if path.exists() else []  # reading cleans temporaries
-        assert [r["seed"] for r in records] == list(range(len(records))), "rows in order, none lost or doubled"
+        assert [int(r["id"]) for r in records] == list(range(len(records))), "rows in order, none lost or doubled"
         assert not list(tmp_path.glob(".r.jsonl-*"))
         assert len(records) >= seen[-1]
         seen.append(len(records))
     assert len(set(seen)) > 10, f"the kills should land at different points, got {seen}"
     write_rows(path, rows)
-    assert [r["seed"] for r in ResultsFile(path).records] == list(range(rows))
+    assert [int(r["id"]) for r in ResultsFile(path).records] == list(range(rows))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
 
 

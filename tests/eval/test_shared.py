@@ -11,7 +11,7 @@ from tiny_models import random_ids, tiny_gemma3, tiny_llama, word_tokenizer
 
 from lorekv import Pipeline, decode, generate_full
 from lorekv.eval.grid import Budget, MethodSpec, Unit
-from lorekv.eval.report import decode_keep_map
+from lorekv.eval.results import decode_keep_map
 from lorekv.eval.shared import Cell, oracle_ids, run_unit
 from lorekv.eval.tasks import parse_task
 from lorekv.models.tokens import end_of_turn_ids

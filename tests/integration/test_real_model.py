@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from lorekv.eval.needle import context_and_question_ids, make_task, prompt_ids
+from lorekv.eval.tasks import make_sample
 from lorekv.hf.decoding import decode, generate_full
 from lorekv.models import BUNDLED, load
 from lorekv.models.bundled import BundledModel
@@ -56,22 +56,22 @@ def test_missing_bundled_package_names_the_pip_command() -> None:
 
 def test_needle_answered_with_full_cache_and_lore_kv(smollm2) -> None:
     model, tokenizer = smollm2
-    task = make_task(tokenizer, 1000, depth=0.5, seed=0)
-    ids = prompt_ids(tokenizer, task)
+    sample = make_sample("niah_single", tokenizer, 1000, seed=0)
+    ids = sample.prompt_ids(tokenizer)
     full = generate_full(model, ids, 12, eos_token_id=eos(tokenizer))
-    assert task.is_correct(tokenizer.decode(full.token_ids, skip_special_tokens=True))
+    assert sample.score(full.text(tokenizer)) == 1.0
     lore = Pipeline.from_config(preset("lore_kv", 256)).generate(model, ids, 12, eos_token_id=eos(tokenizer))
-    assert task.is_correct(tokenizer.decode(lore.token_ids, skip_special_tokens=True))
+    assert sample.score(lore.text(tokenizer)) == 1.0
     assert lore.stats.kept == tuple((256, 256, 256) for _ in range(30))
     assert lore.stats.bytes_after < lore.stats.bytes_before / 3
 
 
 def test_query_agnostic_context_then_two_questions(smollm2) -> None:
     model, tokenizer = smollm2
-    task = make_task(tokenizer, 600, depth=0.3, seed=3)
-    context, question = context_and_question_ids(tokenizer, task)
+    sample = make_sample("niah_single", tokenizer, 600, seed=3)
+    context, question = sample.context_and_question_ids(tokenizer)
     whole = generate_full(model, torch.cat([context, question], 1), 12, eos_token_id=eos(tokenizer))
-    assert task.is_correct(tokenizer.decode(whole.token_ids, skip_special_tokens=True))
+    assert sample.score(whole.text(tokenizer)) == 1.0
     everything = Pipeline.from_config(preset("lore_kv", 4096)).compress(model, context, query_aware=False)
     same = decode(model, everything, question, 12, eos_token_id=eos(tokenizer))
     assert torch.equal(same.token_ids, whole.token_ids), "B >= n: the context then the question, uncompressed"
@@ -89,7 +89,7 @@ def test_cli_demo_and_generate(smollm2, tmp_path) -> None:
     from lorekv.cli import app
 
     runner = CliRunner()
-    demo = runner.invoke(app, ["demo", "--tokens", "500", "--budget", "64"])
+    demo = runner.invoke(app, ["demo", "--length", "600", "--budget", "64"])
     assert demo.exit_code == 0, demo.output
     verdicts = {}
     for block in demo.output.split("\n[")[1:]:
@@ -107,7 +107,7 @@ def test_cli_demo_and_generate(smollm2, tmp_path) -> None:
     assert '"kept"' in out.output and '"bytes_before"' in out.output
     bad = runner.invoke(app, ["generate", "--preset", "lore_kv", "--budget", "0", "--prompt-file", str(prompt)])
     assert bad.exit_code == 2 and "budget" in bad.output
-    too_long = runner.invoke(app, ["demo", "--tokens", "100000"])
+    too_long = runner.invoke(app, ["demo", "--length", "100000"])
     assert too_long.exit_code == 2 and "context is 8192" in too_long.output, too_long.output
 
 
@@ -118,28 +118,3 @@ def test_gemma3_bundled_hybrid_model_evicts_full_attention_layers() -> None:
     assert result.stats.layer_indices == (5, 11, 17)
     assert result.stats.kept == ((64,), (64,), (64,))
     assert "Paris" in tokenizer.decode(result.token_ids)
-
-
-def test_cli_needle_runs_configs_and_resumes(smollm2, tmp_path) -> None:
-    from typer.testing import CliRunner
-
-    from lorekv.cli import app
-
-    config = tmp_path / "loo_variant.yaml"
-    config.write_text(preset("lore_kv", 40).to_yaml().replace("projected_loo", "loo"))
-    out = tmp_path / "r.jsonl"
-    args = ["needle", "--trials", "1", "--tokens", "300", "--methods", "full", "--config", str(config)]
-    as_written = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "as_written.jsonl")])
-    assert as_written.exit_code == 0, as_written.output
-    row = json.loads((tmp_path / "as_written.jsonl").read_text().splitlines()[1])
-    assert row["budget"] == 40 and row["stats"]["kept"][0] == [40, 40, 40], "the file's budget is used as written"
-
-    args += ["--set", "policy.budget=32", "--out", str(out)]
-    first = CliRunner().invoke(app, args)
-    assert first.exit_code == 0, first.output
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["method"] for r in rows] == ["full", "loo_variant"]
-    assert rows[1]["stats"]["kept"][0] == [32, 32, 32], "--set policy.budget overrides the file's budget"
-    again = CliRunner().invoke(app, args)
-    assert again.exit_code == 0 and "trial" not in again.output, "finished trials are not redone"
-    assert len(out.read_text().splitlines()) == 2

@@ -21,8 +21,8 @@ from typing import Literal
 
 from pydantic import field_validator, model_validator
 
-from lorekv.eval.needle import haystack_sentences
 from lorekv.eval.tasks.base import TASKS, Content, TaskConfig, TaskFamily
+from lorekv.eval.tasks.haystack import haystack_sentences
 from lorekv.eval.tasks.words import Kind, draw_distinct, insert_at_depths, noise_sentences, prose_sentences
 from lorekv.validation import check_int_at_least
 

@@ -27,8 +27,8 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from lorekv.eval.needle import haystack_sentences
 from lorekv.eval.tasks.base import TASKS, Content, TaskConfig, TaskFamily
+from lorekv.eval.tasks.haystack import haystack_sentences
 from lorekv.eval.tasks.words import FUNCTION_WORDS, insert_at_depths, prose_sentences
 from lorekv.validation import check_int_at_least
 

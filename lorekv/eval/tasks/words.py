@@ -13,7 +13,7 @@ from collections import Counter
 from functools import cache
 from typing import Literal
 
-from lorekv.eval.needle import haystack_sentences
+from lorekv.eval.tasks.haystack import haystack_sentences
 
 NOISE = (
     "The grass is green.",

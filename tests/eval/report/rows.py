@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from lorekv.eval.report import encode_keep_map
+from lorekv.eval.results import encode_keep_map
 
 
 def make_row(

@@ -9,7 +9,7 @@ import pytest
 from eval.report.rows import cell_rows, grid, make_row
 
 from lorekv.eval.figures import ablation_bars, accuracy_vs_budget, accuracy_vs_time, keep_map, section_figures
-from lorekv.eval.report import encode_keep_map
+from lorekv.eval.results import encode_keep_map
 
 
 def assert_png(path: Path | None) -> None:

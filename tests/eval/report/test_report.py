@@ -9,14 +9,9 @@ import numpy as np
 import pytest
 from eval.report.rows import cell_rows, grid, make_row
 
-from lorekv.eval.report import (
-    build_report,
-    check_rows,
-    decode_keep_map,
-    encode_keep_map,
-    split_records,
-    write_report,
-)
+from lorekv.eval.report import build_report, write_report
+from lorekv.eval.results import decode_keep_map, encode_keep_map
+from lorekv.eval.rows import check_rows, split_records
 
 SEVEN_OF_TEN = [1.0] * 7 + [0.0] * 3
 

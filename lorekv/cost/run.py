@@ -6,7 +6,8 @@ prefill, lorekv's prefill, SnapKV and LORE-KV compression (with phases), peak me
 loaded model, sampling and scoring for every M of the sweep (one prefill per n, the phases
 called directly), T batch-1 decode steps of transformers on the full cache, and decoding speed
 (transformers' ``generate``, lorekv on the full and on the compressed cache). Then the fitted
-growth exponents, the first-call overheads and the issue's targets.
+growth exponents and the first-call overheads. The targets these figures are held to are
+documentation (docs/performance.md), not code.
 
 Every timing is a warm-up call then ``repeats`` timed calls; the JSON keeps them all.
 """
@@ -16,19 +17,16 @@ from __future__ import annotations
 import datetime
 import functools
 import gc
-import inspect
-import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorekv.bench.baselines import decode_steps, generate_from, prefilled_cache, sdpa
-from lorekv.bench.config import TARGET_LENGTH, BenchConfig, known_context
-from lorekv.bench.measure import Clock, PeakMemory, PerToken, Timed, fit_exponent, per_token, repeat, repeat_seconds
-from lorekv.bench.prompts import prompt_of_length
-from lorekv.eval.harness import PACKAGES, _commit, _machine, _version
+from lorekv.cost.baselines import decode_steps, generate_from, prefilled_cache
+from lorekv.cost.config import BenchConfig, known_context
+from lorekv.cost.measure import Clock, PeakMemory, PerToken, Timed, fit_exponent, per_token, repeat, repeat_seconds
+from lorekv.cost.prompts import prompt_of_length
 from lorekv.hf import (
     CompressedCache,
     ModelRollout,
@@ -37,8 +35,10 @@ from lorekv.hf import (
     max_positions,
     now,
     reference_prefill_seconds,
+    using_sdpa,
 )
-from lorekv.pipeline import Pipeline, PipelineConfig
+from lorekv.pipeline import Pipeline
+from lorekv.runfiles import git_commit, load_average, machine, package_versions
 from lorekv.samplers.base import SAMPLERS
 from lorekv.scorers.base import SCORERS, Scorer
 
@@ -59,26 +59,10 @@ def load_model(config: BenchConfig) -> tuple[PreTrainedModel, PreTrainedTokenize
     return model.to(config.device), tokenizer
 
 
-def compile_available() -> bool:
-    """Whether this lorekv's pipelines take ``compile=`` (the compiled scorer kernels)."""
-    return "compile" in inspect.signature(Pipeline.from_config).parameters
-
-
-def build_pipeline(config: PipelineConfig, compile: bool) -> Pipeline:
-    if compile and compile_available():
-        return Pipeline.from_config(config, compile=True)  # type: ignore[call-arg]
-    return Pipeline.from_config(config)
-
-
-def build_scorer(name: str, compile: bool) -> Scorer | None:
-    """The scorer ``name`` with its defaults; compiled: its torch.compile'd kernel, or None
-    where this lorekv has no compiled scorers."""
+def build_scorer(name: str, compile: bool) -> Scorer:
+    """The scorer ``name`` with its defaults; ``compile``: its kernel ``torch.compile``'d."""
     scorer = SCORERS.build({"name": name})
-    if not compile:
-        return scorer
-    if not hasattr(scorer, "compile"):
-        return None
-    scorer.compile = True  # type: ignore[attr-defined]
+    scorer.compile = compile
     return scorer
 
 
@@ -89,7 +73,7 @@ def run_bench(
     clock: Clock | None = None,
     log: Log | None = None,
 ) -> dict[str, Any]:
-    """Run every measurement of ``config``; returns the results (see :mod:`lorekv.bench.report`).
+    """Run every measurement of ``config``; returns the results (see :mod:`lorekv.cost.report`).
 
     ``clock``: seconds for the timings (default: :func:`lorekv.hf.now` on the device, which
     synchronises CUDA); ``log``: progress lines.
@@ -108,16 +92,15 @@ def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> 
     device = torch.device(config.device)
     clock = clock or functools.partial(now, device)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    load_at_start = _load_average()
+    load_at_start = load_average()
     wall = time.perf_counter()
     say(f"loading {config.model} ({config.resolved_dtype}, {config.device}) ...")
     model, tokenizer = loader(config)
     config.check_context(max_positions(model))
-    compiled = config.compile and compile_available()
-    methods = {name: build_pipeline(p.config, config.compile) for name, p in config.pipelines().items()}
-    methods["capture"] = build_pipeline(methods["lore_kv"].config, False)  # eager: compiles nothing untimed
+    methods = {name: Pipeline.from_config(p.config, compile=config.compile) for name, p in config.pipelines().items()}
+    methods["capture"] = Pipeline.from_config(methods["lore_kv"].config)  # eager: compiles nothing untimed
     scorers = {
-        name: {"eager": build_scorer(name, False), "compiled": build_scorer(name, True) if compiled else None}
+        name: {"eager": build_scorer(name, False), "compiled": build_scorer(name, True) if config.compile else None}
         for name in config.scorers
     }
     lengths: dict[str, Any] = {}
@@ -130,27 +113,18 @@ def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> 
         "device": config.device,
         "dtype": config.resolved_dtype,
         "threads": torch.get_num_threads(),
-        "compile": {"requested": config.compile, "available": compile_available(), "used": compiled},
-        "machine": _machine(),
-        "packages": {p: _version(p) for p in PACKAGES},
-        "commit": _commit(),
+        "compile": config.compile,
+        "machine": machine(),
+        "packages": package_versions(),
+        "commit": git_commit(),
         "started": started,
         "lengths": lengths,
     }
     results["growth"] = growth(results)
     results["first_call_overhead"] = compile_costs(results)
-    results["targets"] = targets(results)
     results["wall_seconds"] = time.perf_counter() - wall
-    results["load_average"] = {"start": load_at_start, "end": _load_average()}
+    results["load_average"] = {"start": load_at_start, "end": load_average()}
     return results
-
-
-def _load_average() -> list[float] | None:
-    """The system's 1/5/15-minute load averages (other work on a shared machine skews every time)."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def measure_length(
@@ -279,7 +253,7 @@ def _decoding(
     per-token difference)."""
     n, k, r = ids.shape[1], config.decode_tokens, config.repeats
     last = ids[:, -1:]
-    with sdpa(model):
+    with using_sdpa(model):
         cache = prefilled_cache(model, ids[:, :-1])
         steps = repeat(lambda: decode_steps(model, cache, last, config.tokens), r, clock)
         generate = per_token(lambda t: generate_from(model, ids, cache, t), k, r, clock)
@@ -301,7 +275,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def ratios(length: dict[str, Any], config: BenchConfig) -> dict[str, float | None]:
-    """The ratios of one length's medians (the issue's comparisons)."""
+    """The ratios of one length's medians that the performance page discusses."""
     tf = length["prefill"]["transformers"]["median"]
     lore = length["compression"]["lore_kv"]
     scorers = length["scorers"]
@@ -358,50 +332,6 @@ def growth(results: dict[str, Any]) -> dict[str, Any]:
             for part in ("sampling", "scoring")
         }
     return {"n": by_n, "M": by_m}
-
-
-def target_length(results: dict[str, Any]) -> str:
-    """The key of the measured length closest to :data:`TARGET_LENGTH` (the targets' n)."""
-    return min(results["lengths"], key=lambda key: (abs(results["lengths"][key]["n"] - TARGET_LENGTH), -int(key)))
-
-
-def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets at the length closest to n = 2048, each with its figure and verdict
-    (None where the figure was not measured, e.g. one length only for an exponent)."""
-    key = target_length(results)
-    length = results["lengths"][key]
-    ratios_ = length["ratios"]
-    kind = "compiled" if results["compile"]["used"] else "eager"
-    m = str(results["settings"]["num_futures"])
-    growth_n = results["growth"]["n"]
-    scoring_growth = growth_n.get(f"scoring M={m}", growth_n["lore_kv scoring"])
-    sampling_growth = growth_n.get(f"sampling M={m}", growth_n["lore_kv sampling"])
-    rows = [
-        ("LORE-KV compression / transformers prefill", ratios_["lore_kv_over_transformers_prefill"], 1.25, "x"),
-        ("LORE-KV compression / SnapKV compression", ratios_["lore_kv_over_snapkv"], 1.2, "x"),
-        ("sampling / T batch-1 decode steps (full cache)", ratios_["sampling_over_decode_steps"], 2.0, "x"),
-        (
-            f"projected LOO / attention mass scoring ({kind})",
-            ratios_.get(f"projected_loo_over_attention_mass_{kind}"),
-            2.0,
-            "x",
-        ),
-        (
-            "compression peak memory above prefill / full KV",
-            length["memory"]["lore_kv_over_prefill_per_kv"],
-            0.25,
-            "of KV",
-        ),
-        (f"sampling growth in n (exponent, M={m})", sampling_growth, 1.2, "k"),
-        (f"scoring growth in n (exponent, M={m})", scoring_growth, 1.2, "k"),
-        ("lorekv prefill / transformers prefill", ratios_["lorekv_prefill_over_transformers_prefill"], 1.05, "x"),
-        ("lorekv decode / transformers generate (full cache)", ratios_["lorekv_decode_over_generate"], 1.05, "x"),
-    ]
-    return [
-        {"name": name, "n": length["n"], "value": value, "limit": limit, "unit": unit,
-         "met": None if value is None else value <= limit}
-        for name, value, limit, unit in rows
-    ]  # fmt: skip
 
 
 def compile_costs(results: dict[str, Any]) -> dict[str, dict[str, float]]:

@@ -6,28 +6,30 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from lorekv.eval import context_and_question_ids, make_task
+from lorekv.eval.tasks import make_sample
+from lorekv.eval.tasks.base import MIN_LENGTH
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
 def prompt_of_length(tokenizer: PreTrainedTokenizerBase, n: int, seed: int = 0) -> torch.Tensor:
-    """(1, n) a query-aware needle prompt (chat template, haystack, question, answer prefix).
+    """(1, n) a query-aware ``niah_single`` prompt (chat template, haystack, question, answer prefix).
 
-    The haystack is drawn a little longer than needed and cut at its end, so the prompt keeps
-    its head and its whole question; when the question alone would take more than half of n
-    (tiny n), the prompt is the first n tokens of the whole one instead.
+    The sample is drawn a little longer than needed and its context cut at its end, so the
+    prompt keeps its head and its whole question; when the question alone would take more than
+    half of n (tiny n), the prompt is the first n tokens of the whole one instead.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"length must be an integer >= 1, got {n!r}")
-    size = max(64, n)
+    size = max(MIN_LENGTH, n + 32)
     for _ in range(10):
-        context, question = context_and_question_ids(tokenizer, make_task(tokenizer, size, 0.5, seed))
+        sample = make_sample("niah_single", tokenizer, size, seed=seed)
+        context, question = sample.context_and_question_ids(tokenizer)
         missing = n - (context.shape[1] + question.shape[1])
         if missing <= 0:
             break
-        size += missing + 16
+        size += missing + 32
     else:
         raise ValueError(f"could not build a prompt of {n} tokens from the haystack")
     q = question.shape[1]

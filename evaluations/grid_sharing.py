@@ -6,7 +6,7 @@ futures once and scores each (sampler, scorer, aggregator) once; the independent
 cache. Both answer every cell; the script checks the answers are identical, then prints the
 medians of ``--repeats`` alternating runs in one process and their ratio.
 
-    python benchmarks/grid_sharing.py --tokens 1500 --repeats 3 --out results/grid_sharing.json
+    python evaluations/grid_sharing.py --tokens 1500 --repeats 3 --out results/grid_sharing.json
 """
 
 from __future__ import annotations

@@ -35,8 +35,6 @@ from lorekv.scorers.base import SCORERS
 DEFAULT_LENGTHS = (512, 1024, 2048, 4096)
 DEFAULT_FUTURES = (1, 2, 4, 8)
 DEFAULT_SCORERS = ("attention_mass", "loo", "projected_loo")
-TARGET_LENGTH = 2048
-"""The prompt length the issue's targets are stated at (the closest measured length is used)."""
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 

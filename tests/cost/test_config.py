@@ -8,7 +8,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from lorekv.bench.config import BenchConfig, known_context, parse_ints, parse_names
+from lorekv.cost.config import BenchConfig, known_context, parse_ints, parse_names
 from lorekv.validation import describe
 
 

@@ -25,7 +25,7 @@ def test_bench_parses_runs_prints_and_writes(monkeypatch, tiny_results, tmp_path
         log("progress line")
         return tiny_results
 
-    monkeypatch.setattr("lorekv.bench.run_bench", fake_run_bench)
+    monkeypatch.setattr("lorekv.cost.run_bench", fake_run_bench)
     out = tmp_path / "b.json"
     code, output = run(
         "bench", "--lengths", "64,32", "--futures", "1,2", "--num-futures", "2", "--repeats", "1",
@@ -37,14 +37,14 @@ def test_bench_parses_runs_prints_and_writes(monkeypatch, tiny_results, tmp_path
     assert config.lengths == (32, 64) and config.futures == (1, 2) and config.num_futures == 2
     assert (config.repeats, config.decode_tokens, config.budget, config.tokens) == (1, 3, 40, 4)
     assert config.scorers == ("loo", "projected_loo") and config.threads == 1 and config.compile is False
-    assert "== Targets (at n=64) ==" in output and "progress line" in output
+    assert "== Decoding" in output and "progress line" in output
     assert json.loads(out.read_text())["lengths"].keys() == {"32", "64"}
     assert output.rstrip().endswith(f"Wrote {out}")
 
 
 def test_bench_defaults(monkeypatch, tiny_results, tmp_path) -> None:
     seen = {}
-    monkeypatch.setattr("lorekv.bench.run_bench", lambda config, **kw: seen.setdefault("c", config) and tiny_results)
+    monkeypatch.setattr("lorekv.cost.run_bench", lambda config, **kw: seen.setdefault("c", config) and tiny_results)
     monkeypatch.chdir(tmp_path)
     code, output = run("bench")
     assert code == 0, output
@@ -73,8 +73,8 @@ def test_bad_options_fail_before_the_model_loads(monkeypatch, args, match) -> No
     def forbidden(*a, **k):
         raise AssertionError("the benchmark started before the options were checked")
 
-    monkeypatch.setattr("lorekv.bench.run_bench", forbidden)
-    monkeypatch.setattr("lorekv.bench.known_context", lambda model: 8192)
+    monkeypatch.setattr("lorekv.cost.run_bench", forbidden)
+    monkeypatch.setattr("lorekv.cost.known_context", lambda model: 8192)
     code, output = run("bench", *args)
     assert code == 2, output
     assert output.startswith("error: ") and output.count("\n") == 1, output

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from tiny_models import tiny_llama, word_tokenizer
 
-from lorekv.bench import BenchConfig, run_bench
+from lorekv.cost import BenchConfig, run_bench
 
 TINY = {
     "model": "tiny",

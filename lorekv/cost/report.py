@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lorekv.eval.results import atomic_write_text
+from lorekv.runfiles import atomic_write_text
 
 SECTIONS = (
     "Machine",
@@ -19,7 +19,6 @@ SECTIONS = (
     "Memory",
     "Growth",
     "Decoding",
-    "Targets",
 )
 
 
@@ -219,15 +218,6 @@ def render(results: dict[str, Any]) -> str:
         )
     )
     parts.append(table(f"Decoding ((t_{k} - t_1) / {k - 1} per token; median)", header, decode_rows))
-    target_rows = []
-    for t in results["targets"]:
-        value = t["value"]
-        shown = "-" if value is None else (f"{value:.2f}" if t["unit"] in ("k", "of KV") else f"{value:.2f}x")
-        limit = f"<= {t['limit']}" + ("x" if t["unit"] == "x" else "")
-        verdict = {True: "met", False: "NOT MET", None: "not measured"}[t["met"]]
-        target_rows.append([t["name"], shown, limit, verdict])
-    n_target = results["targets"][0]["n"] if results["targets"] else "-"
-    parts.append(table(f"Targets (at n={n_target})", ["", "measured", "target", ""], target_rows))
     return "\n\n".join(parts) + "\n"
 
 
@@ -265,7 +255,4 @@ def _load(load: dict[str, Any] | None) -> str:
 
 
 def _compile(results: dict[str, Any]) -> str:
-    state = results["compile"]
-    if not state["requested"]:
-        return "off"
-    return "on" if state["used"] else "requested, not available in this lorekv (eager only)"
+    return "on" if results["compile"] else "off"

@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from lorekv.bench import BenchConfig, render, run_bench
-from lorekv.bench.run import compile_available
+from lorekv.cost import BenchConfig, render, run_bench
 
 COMPILE_SECONDS = 0.3
 
@@ -36,11 +35,10 @@ def fake_compile(monkeypatch):
     return compiled_kernels
 
 
-@pytest.mark.skipif(not compile_available(), reason="this lorekv has no compiled kernels")
 def test_compiled_scorers_are_timed_with_their_first_call_apart(tiny_settings, fake_compile) -> None:
     fields = {**tiny_settings["fields"], "futures": (2,), "compile": True, "scorers": ("attention_mass", "loo")}
     results = run_bench(BenchConfig(**fields), loader=tiny_settings["loader"])
-    assert results["compile"] == {"requested": True, "available": True, "used": True}
+    assert results["compile"] is True
     kernels = {"AttentionMassScorer.query_scores", "LOOScorer.query_scores", "ProjectedLOOScorer.query_scores"}
     kernels.add("shared_prefix_attention")  # the futures' attention
     assert kernels <= set(fake_compile), "the pipelines (LORE-KV's futures and scorer) and the scorers ran compiled"
@@ -54,7 +52,6 @@ def test_compiled_scorers_are_timed_with_their_first_call_apart(tiny_settings, f
         assert overhead[name]["32"] >= COMPILE_SECONDS * 0.9, (name, overhead[name])
         assert overhead[name]["64"] < COMPILE_SECONDS / 2, (name, overhead[name])
     assert overhead["attention_mass (eager)"]["32"] < COMPILE_SECONDS / 2
-    assert results["targets"][3]["name"].endswith("(compiled)")
     text = render(results)
     assert "attention_mass (compiled)" in text and "compile on" in text
 

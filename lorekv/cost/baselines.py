@@ -1,52 +1,31 @@
 """transformers' own paths, the baselines lorekv is measured against: the model with SDPA
 attention and its own cache (batch-1 decode steps, ``generate``).
 
-The model's attention implementation is switched to SDPA for the block and restored after,
-as :func:`lorekv.hf.reference_prefill_seconds` does.
+Callers switch the model to SDPA for these (:func:`lorekv.hf.using_sdpa`), as
+:func:`lorekv.hf.reference_prefill_seconds` does.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import inspect
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorekv.hf import ATTENTION_NAME
+from lorekv.hf import cache_argument
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 
-@contextlib.contextmanager
-def sdpa(model: PreTrainedModel) -> Iterator[PreTrainedModel]:
-    """``model`` with transformers' SDPA attention for the block; its attention restored after."""
-    previous = getattr(model.config, "_attn_implementation", None)
-    model.set_attn_implementation("sdpa")
-    try:
-        yield model
-    finally:
-        model.set_attn_implementation(previous or ATTENTION_NAME)
-
-
-@functools.cache
-def _cache_name(model_type: type) -> str:
-    """The forward argument and output field holding the cache (transformers 5 renamed it)."""
-    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
-
-
 def cache_kwargs(model: PreTrainedModel, cache: Any) -> dict[str, Any]:
-    return {_cache_name(type(model)): cache}
+    return {cache_argument(type(model)): cache}
 
 
 @torch.no_grad()
 def prefilled_cache(model: PreTrainedModel, ids: torch.Tensor) -> Any:
     """transformers' own cache (a ``DynamicCache``) after a plain forward of ``ids`` (1, n)."""
     out = model(ids, use_cache=True, logits_to_keep=1)
-    return out[_cache_name(type(model))]
+    return out[cache_argument(type(model))]
 
 
 def trim(cache: Any, length: int) -> None:

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lorekv.bench.measure import PeakMemory, Timed, fit_exponent, peak_of, per_token, repeat, repeat_seconds
+from lorekv.cost.measure import PeakMemory, Timed, fit_exponent, peak_of, per_token, repeat, repeat_seconds
 
 MB = 2**20
 

@@ -1,6 +1,6 @@
 """The LORE-KV paper's claims, tested on evaluation results (docs/benchmarks.md).
 
-    python benchmarks/claims.py --main results/smollm2_main.jsonl --ablations results/smollm2_ablations.jsonl
+    python evaluations/claims.py --main results/smollm2_main.jsonl --ablations results/smollm2_ablations.jsonl
 
 1. LORE-KV beats its prompt-window control at small budgets, and the gain shrinks as the
    budget grows: paired differences lore_kv - window_control per budget (main results).
