@@ -16,7 +16,7 @@ Two uses:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,13 +35,13 @@ from lorekv.hf import (
     CompressionStats,
     Generation,
     ModelRollout,
+    PhaseTimer,
     check_context,
     check_supported,
     check_token_ids,
     decode,
     evictable_layers,
     gather,
-    now,
     prepare,
 )
 from lorekv.policies.base import POLICIES, Policy
@@ -123,6 +123,40 @@ class PipelineConfig(BaseModel):
         return PipelineConfig.model_validate(data)
 
 
+def prefill(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    samplers: Sequence[Sampler],
+    *,
+    query_aware: bool = True,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    compile: bool = False,
+) -> ModelRollout:
+    """The prompt ``input_ids`` (1, n) prefilled once for every sampler in ``samplers``.
+
+    The prefill captures the widest query window any of them needs (every prompt query if one
+    needs ``"all"``) and keeps the logits of the widest int window, so one prefill serves a
+    pipeline alone and every method of an evaluation unit alike. The candidates are the first
+    n - 1 prompt tokens query-aware (the last is re-fed through the compressed cache), all n
+    otherwise. Nothing is checked here: validate with :meth:`Pipeline.check_input` first.
+    """
+    windows = [sampler.prefill_window for sampler in samplers]
+    ints = [w for w in windows if w != "all"]
+    check_supported(model)
+    prepare(model)
+    n = input_ids.shape[1]
+    return ModelRollout(
+        model,
+        input_ids,
+        evictable_layers(model),
+        prefill_window="all" if "all" in windows else max(ints, default=0),
+        tokenizer=tokenizer,
+        candidates=n - 1 if query_aware else n,
+        stats_window=max(ints, default=0),
+        compile=compile,
+    )
+
+
 class Pipeline:
     """sampler + scorer + aggregator + policy. Parts may be components, configs, mappings or names.
 
@@ -178,13 +212,18 @@ class Pipeline:
             policy=self.policy.config,
         )
 
-    def _future_tokens(self) -> int:
-        return int(getattr(self.sampler.config, "num_tokens", 0) or 0)
-
     def check_input(
-        self, model: PreTrainedModel, input_ids: torch.Tensor, *, query_aware: bool, extra: int = 0
+        self,
+        model: PreTrainedModel,
+        input_ids: torch.Tensor,
+        *,
+        query_aware: bool,
+        extra: int = 0,
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> None:
-        """Validate a prompt and the policy's budget against it, before any model work."""
+        """Validate a prompt, the policy's budget and the positions the futures and the
+        ``extra`` question/answer tokens need (both start at the prompt's end), before any
+        model work."""
         minimum = 2 if query_aware else 1
         check_token_ids(model, input_ids, "input_ids", min_length=minimum)
         n = input_ids.shape[1]
@@ -193,7 +232,9 @@ class Pipeline:
             raise ValueError(f"window must be <= the prompt length {n}, got {window}")
         tail = 1 if query_aware else 0
         self.policy.check_budget(n - tail, tail)
-        check_context(model, n, self._future_tokens() + extra, "future/answer")
+        future = self.sampler.future_positions(input_ids, tokenizer)
+        check_context(model, n, future, f"{self.sampler.config.name} future")
+        check_context(model, n, extra, "question/answer")
 
     @torch.no_grad()
     def compress(
@@ -212,18 +253,15 @@ class Pipeline:
         ``answer_tokens``: positions the caller will feed after the prompt (question and
         answer), checked with the futures against the model's context before any work.
         """
-        self.check_input(model, input_ids, query_aware=query_aware, extra=answer_tokens)
-        seconds: dict[str, float] = {}
-        start = now(input_ids.device)
-        rollout = self.prefill(model, input_ids, query_aware=query_aware, tokenizer=tokenizer)
-        seconds["prefill"] = now(input_ids.device) - start
-        start = now(input_ids.device)
-        trajectories = self.sampler.futures(rollout)
-        seconds["sampling"] = now(input_ids.device) - start
-        start = now(input_ids.device)
-        scores, weights = self.score(trajectories, rollout.candidates)
-        seconds["scoring"] = now(input_ids.device) - start
-        return self.select(rollout, scores, weights, seconds=seconds)
+        self.check_input(model, input_ids, query_aware=query_aware, extra=answer_tokens, tokenizer=tokenizer)
+        timer = PhaseTimer(input_ids.device)
+        with timer.phase("prefill"):
+            rollout = self.prefill(model, input_ids, query_aware=query_aware, tokenizer=tokenizer)
+        with timer.phase("sampling"):
+            trajectories = self.sampler.futures(rollout)
+        with timer.phase("scoring"):
+            scores, weights = self.score(trajectories, rollout.candidates)
+        return self.select(rollout, scores, weights, seconds=timer.seconds)
 
     def prefill(
         self,
@@ -233,22 +271,10 @@ class Pipeline:
         query_aware: bool = True,
         tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> ModelRollout:
-        """The first phase of :meth:`compress`: the prompt prefilled, capturing what the sampler needs.
-
-        The candidates are the first n - 1 prompt tokens query-aware, all n otherwise.
-        Call :meth:`check_input` first; the phases check nothing themselves.
-        """
-        check_supported(model)
-        prepare(model)
-        n = input_ids.shape[1]
-        return ModelRollout(
-            model,
-            input_ids,
-            evictable_layers(model),
-            prefill_window=self.sampler.prefill_window,
-            tokenizer=tokenizer,
-            candidates=n - 1 if query_aware else n,
-            compile=self.compile,
+        """The first phase of :meth:`compress` (see :func:`prefill`); call :meth:`check_input`
+        first, the phases check nothing themselves."""
+        return prefill(
+            model, input_ids, [self.sampler], query_aware=query_aware, tokenizer=tokenizer, compile=self.compile
         )
 
     def score(self, trajectories: Trajectories, candidates: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -267,14 +293,13 @@ class Pipeline:
     ) -> CompressedCache:
         """The last phase of :meth:`compress`: the policy's selection of ``scores`` (L, H, c),
         gathered from the rollout's cache. ``seconds`` (the earlier phases' times) go into the stats."""
-        start = now(scores.device)
+        timer = PhaseTimer(scores.device, seconds)
         n, candidates = rollout.prompt_length, rollout.candidates
         layers = tuple(sorted(rollout.evict_layers))
-        selection = self.policy.select(Scores(scores, layers, tail=n - candidates))
-        query_aware = candidates < n
-        source = rollout.head_cache if query_aware else rollout.cache
-        cache = gather(source, selection, limit=candidates)
-        seconds = {**(seconds or {}), "selection": now(scores.device) - start}
+        with timer.phase("selection"):
+            selection = self.policy.select(Scores(scores, layers, tail=n - candidates))
+            source = rollout.head_cache if candidates < n else rollout.cache
+            cache = gather(source, selection, limit=candidates)
         stats = CompressionStats(
             prompt_tokens=n,
             candidate_tokens=candidates,
@@ -283,7 +308,9 @@ class Pipeline:
             bytes_before=rollout.cache.allocated_bytes(),
             bytes_after=cache.allocated_bytes(),
             bytes_kept=cache.kept_bytes(),
-            seconds=seconds,
+            pending_tokens=n - candidates,
+            bytes_held=cache.held_bytes(n - candidates),
+            seconds=timer.seconds,
             future_weights=tuple(weights.tolist()),
         )
         pending = rollout.prompt_ids[:, candidates:]

@@ -13,6 +13,7 @@ from lorekv.hf.decoding import decode
 from lorekv.hf.introspection import evictable_layers
 from lorekv.hf.rollout import ModelRollout
 from lorekv.pipeline import Pipeline, PipelineConfig
+from lorekv.presets import preset
 
 LORE = {"name": "temperature", "num_futures": 3, "num_tokens": 4, "seed": 1}
 
@@ -428,3 +429,83 @@ def test_last_prompt_query_option_adds_the_query_at_n_minus_1(scorer: str) -> No
     torch.testing.assert_close(with_last, (t * without + last) / (t + 1), rtol=1e-9, atol=1e-12)
     assert compressed.stats.kept == ((5, 5), (5, 5))
     assert compressed.stats.future_weights == pytest.approx((1 / 3,) * 3)
+
+
+def test_futures_and_the_answer_each_start_at_the_prompts_end() -> None:
+    """Futures are dropped before the answer, so n + max(T, answer) positions must fit, not n + T + answer."""
+    model = tiny_llama()  # context 512
+    pipeline = lore(4)  # T = 4
+    pipeline.check_input(model, torch.zeros(1, 508, dtype=torch.long), query_aware=True, extra=4)
+    with pytest.raises(ValueError, match="4 temperature future tokens needs 513 positions; the model's context is 512"):
+        pipeline.check_input(model, torch.zeros(1, 509, dtype=torch.long), query_aware=True)
+    with pytest.raises(ValueError, match="5 question/answer tokens needs 513 positions"):
+        pipeline.check_input(model, torch.zeros(1, 508, dtype=torch.long), query_aware=True, extra=5)
+
+
+@pytest.mark.parametrize(
+    "sampler,positions",
+    [
+        ({"name": "greedy", "num_tokens": 5}, 5),
+        ({"name": "temperature", "num_tokens": 6}, 6),
+        ({"name": "nucleus", "num_tokens": 7}, 7),
+        ({"name": "lookahead", "num_tokens": 3, "draft_budget": 8}, 3),
+        ({"name": "oracle", "token_ids": [[1, 2, 3, 4]]}, 4),
+        ({"name": "prompt_window", "window": 8}, 0),
+    ],
+)
+def test_each_sampler_states_the_positions_its_futures_take(sampler: dict, positions: int) -> None:
+    from lorekv.samplers import SAMPLERS
+
+    assert SAMPLERS.build(sampler).future_positions(random_ids(30), None) == positions
+
+
+def test_kvzip_past_the_context_is_refused_before_any_model_work() -> None:
+    """KVzip's future repeats the context after the whole prompt: a 300-token prompt repeated
+    at once (chunk 2048) needs 300 + 339 positions of a 512-token context; in chunks of 64 it fits."""
+    model = tiny_llama()
+    calls = []
+    model.register_forward_pre_hook(lambda *a: calls.append(1))
+    ids, tokenizer = random_ids(300, seed=2), CharTokenizer()
+    whole = Pipeline.from_config(preset("kvzip", 8))
+    longest = max(r.shape[0] for _, _, r in whole.sampler.repeat_inputs(ids, tokenizer))
+    assert whole.sampler.future_positions(ids, tokenizer) == longest == 300 + len(whole.sampler.config.instruction) + 1
+    with pytest.raises(ValueError, match=f"plus {longest} kvzip future tokens .* context is 512"):
+        whole.compress(model, ids, tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="tokenizer"):
+        whole.compress(model, ids)
+    assert not calls, "refused before the model ran"
+    chunked = Pipeline.from_config(preset("kvzip", 8, chunk_size=64))
+    chunked.check_input(model, ids, query_aware=True, tokenizer=tokenizer)
+    assert chunked.sampler.future_positions(ids, tokenizer) < 512 - 300
+
+
+@pytest.mark.parametrize("query_aware", [True, False])
+def test_stats_count_the_prompts_cache_and_the_entries_the_cache_holds(query_aware: bool) -> None:
+    """``bytes_before`` is the prompt's whole cache as transformers' own prefill stores it;
+    query-aware, the cache holds the re-fed last prompt token on top of the B kept candidates."""
+    model = tiny_llama(4, layers=2, kv_heads=2)
+    ids = random_ids(30, seed=9)
+    with torch.no_grad():
+        own = DynamicCache(config=model.config)
+        model(ids, cache=own, use_cache=True)
+    expected = sum(layer.keys.nbytes + layer.values.nbytes for layer in own.layers)
+    compressed = lore(6).compress(model, ids, query_aware=query_aware)
+    stats = compressed.stats
+    assert stats.bytes_before == expected
+    assert stats.pending_tokens == int(query_aware) == compressed.pending_ids.shape[1]
+    assert stats.kept == ((6, 6), (6, 6))
+    assert stats.held == ((6 + query_aware,) * 2,) * 2
+    per_slot = 2 * 8 * 8  # keys + values, head dim 8, float64
+    assert stats.bytes_held == 2 * 2 * (6 + query_aware) * per_slot
+    assert stats.held_fraction == pytest.approx((6 + query_aware) / 30)
+    assert stats.to_dict()["held"] == [[6 + query_aware] * 2] * 2
+
+
+def test_bytes_held_is_what_the_cache_holds_once_the_pending_token_is_fed() -> None:
+    """Sliding layers keep their window - 1 newest entries: feeding the pending token grows
+    only the evicted (full-attention) layers."""
+    model = tiny_gemma3(window=6)
+    compressed = lore(5).compress(model, random_ids(40, seed=3))
+    cache = compressed.cache.copy()
+    forward(model, compressed.pending_ids, cache, torch.arange(39, 40))
+    assert cache.kept_bytes() == compressed.stats.bytes_held > compressed.stats.bytes_kept

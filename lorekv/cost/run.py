@@ -141,8 +141,8 @@ def measure_length(
     device = torch.device(config.device)
     ids = prompt_of_length(tokenizer, n, config.seed).to(device)
     lore, snap = methods["lore_kv"], methods["snapkv"]
-    for pipeline in (lore, snap):  # futures (T) and decoding (K) both start at position n: n + max(T, K)
-        pipeline.check_input(model, ids, query_aware=True, extra=max(config.decode_tokens - config.tokens, 0))
+    for pipeline in (lore, snap):
+        pipeline.check_input(model, ids, query_aware=True, extra=config.decode_tokens)
     r = config.repeats
     out: dict[str, Any] = {"n": int(ids.shape[1])}
 

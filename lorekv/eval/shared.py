@@ -33,18 +33,14 @@ from lorekv.eval.tasks import Sample
 from lorekv.hf import (
     CompressedCache,
     Generation,
-    ModelRollout,
+    PhaseTimer,
     check_context,
-    check_supported,
     continue_full,
     decode,
-    evictable_layers,
-    now,
-    prepare,
     reference_prefill_seconds,
 )
 from lorekv.models.tokens import end_of_turn_ids
-from lorekv.pipeline import Pipeline
+from lorekv.pipeline import Pipeline, prefill
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -95,29 +91,6 @@ def oracle_ids(sample: Sample, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     return tokenizer(" " + ", ".join(sample.answers), add_special_tokens=False)["input_ids"]
 
 
-def shared_prefill(
-    model: PreTrainedModel,
-    prompt: Prompt,
-    pipelines: Sequence[Pipeline],
-    tokenizer: PreTrainedTokenizerBase | None,
-) -> ModelRollout:
-    """One prefill for every pipeline: it captures the widest query window any of them needs
-    (every prompt query if one needs ``"all"``) and keeps the logits of the widest int window."""
-    windows = [p.sampler.prefill_window for p in pipelines]
-    ints = [w for w in windows if w != "all"]
-    check_supported(model)
-    prepare(model)
-    return ModelRollout(
-        model,
-        prompt.ids,
-        evictable_layers(model),
-        prefill_window="all" if "all" in windows else max(ints, default=0),
-        tokenizer=tokenizer,
-        candidates=prompt.candidates,
-        stats_window=max(ints, default=0),
-    )
-
-
 def build_pipelines(
     cells: Sequence[Cell],
     sample: Sample,
@@ -139,7 +112,11 @@ def build_pipelines(
         pipeline = Pipeline.from_config(config)
         try:
             pipeline.check_input(
-                model, prompt.ids, query_aware=prompt.query_aware, extra=prompt.extra + sample.max_new_tokens
+                model,
+                prompt.ids,
+                query_aware=prompt.query_aware,
+                extra=prompt.extra + sample.max_new_tokens,
+                tokenizer=tokenizer,
             )
         except ValueError as error:
             raise ValueError(f"method {cell.method.name} at {cell.budget.label}: {error}") from None
@@ -177,9 +154,10 @@ def run_unit(
     check_context(model, n, prompt.extra + sample.max_new_tokens, "question/answer")
     gold = sample.answer_positions(tokenizer) if keep_map else None
 
-    start = now(model.device)
-    rollout = shared_prefill(model, prompt, [p for _, p in built.values()], tokenizer)
-    prefill = now(model.device) - start
+    timer = PhaseTimer(model.device)
+    with timer.phase("prefill"):
+        samplers = [p.sampler for _, p in built.values()]
+        rollout = prefill(model, prompt.ids, samplers, query_aware=prompt.query_aware, tokenizer=tokenizer)
     floor = reference_prefill_seconds(model, prompt.ids)
 
     def row(cell: Cell, budget: int | None, generation: Generation, seconds: dict[str, float], kept: Any) -> None:
@@ -207,29 +185,26 @@ def run_unit(
             cache = rollout.head_cache if prompt.query_aware else rollout.cache
             generation = continue_full(model, cache, feed, prompt.candidates, sample.max_new_tokens, eos_token_id=eos)
             zero = {"sampling": 0.0, "scoring": 0.0, "selection": 0.0}
-            row(cell, None, generation, {"prefill": prefill, **zero}, None)  # it keeps everything: no map
+            row(cell, None, generation, {**timer.seconds, **zero}, None)  # it keeps everything: no map
 
     by_sampler: dict[str, list[Cell]] = {}
     for cell, (_, pipeline) in built.items():
         by_sampler.setdefault(_key(pipeline.sampler.config), []).append(cell)
     for group in by_sampler.values():
-        start = now(model.device)
-        trajectories = built[group[0]][1].sampler.futures(rollout)
-        sampling = now(model.device) - start
+        with timer.phase("sampling"):
+            trajectories = built[group[0]][1].sampler.futures(rollout)
         by_scoring: dict[tuple[str, str], list[Cell]] = {}
         for cell in group:
             pipeline = built[cell][1]
             by_scoring.setdefault((_key(pipeline.scorer.config), _key(pipeline.aggregator.config)), []).append(cell)
         for scoring_group in by_scoring.values():
-            start = now(model.device)
-            scores, weights = built[scoring_group[0]][1].score(trajectories, prompt.candidates)
-            scoring = now(model.device) - start
+            with timer.phase("scoring"):
+                scores, weights = built[scoring_group[0]][1].score(trajectories, prompt.candidates)
             for cell in scoring_group:
                 budget, pipeline = built[cell]
-                seconds = {"prefill": prefill, "sampling": sampling, "scoring": scoring}
-                compressed: CompressedCache = pipeline.select(rollout, scores, weights, seconds=dict(seconds))
+                compressed: CompressedCache = pipeline.select(rollout, scores, weights, seconds=timer.seconds)
                 generation = decode(model, compressed, prompt.question, sample.max_new_tokens, eos_token_id=eos)
-                seconds["selection"] = compressed.stats.seconds["selection"]
+                seconds = compressed.stats.seconds
                 kept = None
                 if keep_map:
                     selection = compressed.selection

@@ -21,11 +21,12 @@ from lorekv.hf.decoding import Generation, continue_full, decode, generate_full
 from lorekv.hf.inputs import check_context, check_token_ids
 from lorekv.hf.introspection import check_supported, evictable_layers, layer_types, max_positions
 from lorekv.hf.rollout import ModelRollout
-from lorekv.hf.timing import now, reference_prefill_seconds
+from lorekv.hf.timing import PhaseTimer, now, reference_prefill_seconds
 
 __all__ = [
     "ATTENTION_NAME",
     "PADDING",
+    "PhaseTimer",
     "CompressedCache",
     "CompressionStats",
     "Generation",

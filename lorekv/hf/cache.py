@@ -136,6 +136,17 @@ class PositionedLayer(DynamicLayer):
         per_slot = self.keys.shape[-1] * (self.keys.element_size() + self.values.element_size())
         return int((self.positions != PADDING).sum()) * per_slot
 
+    def held_bytes(self, extra: int) -> int:
+        """Bytes of the real entries once ``extra`` more tokens are appended to every row and
+        head (a sliding layer then holds at most its ``window - 1`` newest)."""
+        if not self.is_initialized:
+            return 0
+        per_slot = self.keys.shape[-1] * (self.keys.element_size() + self.values.element_size())
+        held = (self.positions != PADDING).sum(-1) + extra
+        if self.window is not None:
+            held = held.clamp(max=self.window - 1)
+        return int(held.sum()) * per_slot
+
 
 class PositionedCache(Cache):
     """A cache of :class:`PositionedLayer`; feed it with :func:`lorekv.hf.attention.forward`,
@@ -218,6 +229,9 @@ class PositionedCache(Cache):
 
     def kept_bytes(self) -> int:
         return sum(layer.kept_bytes() for layer in self.layers)
+
+    def held_bytes(self, extra: int) -> int:
+        return sum(layer.held_bytes(extra) for layer in self.layers)
 
 
 def gather(source: PositionedCache, selection: Selection, *, limit: int) -> PositionedCache:

@@ -7,7 +7,9 @@ device first (a no-op on the CPU).
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator, Mapping
 
 import torch
 from transformers import PreTrainedModel
@@ -20,6 +22,24 @@ def now(device: torch.device | str | None = None) -> float:
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
+
+
+class PhaseTimer:
+    """Wall-clock seconds of named phases on one device (each read with :func:`now`).
+
+    ``seconds`` starts from ``earlier`` (phases timed before, e.g. by another timer) and a
+    phase timed again replaces its earlier figure.
+    """
+
+    def __init__(self, device: torch.device | str | None, earlier: Mapping[str, float] | None = None) -> None:
+        self.device = device
+        self.seconds: dict[str, float] = dict(earlier or {})
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = now(self.device)
+        yield
+        self.seconds[name] = now(self.device) - start
 
 
 @torch.no_grad()

@@ -98,19 +98,20 @@ def adaptive_budgets(values: torch.Tensor, budget: int, floor_frac: float, sink:
     Each head's scores (values: (L, G, n), non-negative) are normalised to sum 1, protected
     tokens get +inf, and the L * G * B largest entries over all layers and heads are picked
     jointly (ties: lower layer, head, token first). Layer l's share is s_l = count_l / G. With
-    the floor f = max(ceil(floor_frac * B), p), p = min(sink + recent, n), the budgets are
+    the floor f = ceil(floor_frac * B), the budgets are
 
         B_l = f + (L * B - L * f) * e_l / sum_k e_k,   e_l = max(s_l - f, 0)
 
     (B_l = s_l when no layer falls below the floor), rounded by largest remainder to keep the
-    exact sum L * B. Layers whose mass is spread over many tokens win budget from layers that
-    concentrate it on a few.
+    exact sum L * B. Protected tokens win the joint pick in every head, so s_l >= p =
+    min(sink + recent, n) and no B_l falls below p. Layers whose mass is spread over many
+    tokens win budget from layers that concentrate it on a few.
     """
     num_layers, num_heads, n = values.shape
     key = priority(values, sink, recent, normalize=True)
     picked = top_k_mask(key.flatten(), num_layers * num_heads * budget).view(num_layers, -1)
     shares = [Fraction(c, num_heads) for c in picked.sum(dim=1).tolist()]
-    floor = max(math.ceil(round(floor_frac * budget, 9)), protected_count(n, sink, recent))
+    floor = math.ceil(round(floor_frac * budget, 9))
     excess = [max(s - floor, Fraction(0)) for s in shares]
     spare = num_layers * (budget - floor)
     total_excess = sum(excess, Fraction(0))

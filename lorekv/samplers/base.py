@@ -99,6 +99,13 @@ class Sampler(ABC):
         return 1 if self.config.include_last_prompt_query else 0
 
     @abstractmethod
+    def future_positions(self, prompt_ids: torch.Tensor, tokenizer: Any | None) -> int:
+        """How many positions past the prompt ``prompt_ids`` (1, n) the futures are fed at
+        (n .. n + this - 1); 0 for a sampler that feeds nothing. Checked against the model's
+        context before any model work, so it must not need the model; a sampler that cannot
+        say without something missing (e.g. a tokenizer) raises the error it would raise later."""
+
+    @abstractmethod
     def sample(self, rollout: Rollout) -> Trajectories:
         """Futures (M, T) with the attention of every evictable layer.
 

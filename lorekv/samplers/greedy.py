@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+import torch
 from pydantic import Field
 
 from lorekv import token_rules
@@ -33,6 +34,9 @@ class GreedySampler(Sampler):
     """One future of T argmax tokens: the model's single most likely continuation."""
 
     config: GreedyConfig
+
+    def future_positions(self, prompt_ids: torch.Tensor, tokenizer: Any | None) -> int:
+        return self.config.num_tokens
 
     def sample(self, rollout: Rollout) -> Trajectories:
         """Futures of shape (1, T)."""

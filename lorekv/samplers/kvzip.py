@@ -94,15 +94,15 @@ class KVzipSampler(Sampler):
         )
         return text.split(separator)[-1]
 
+    def future_positions(self, prompt_ids: torch.Tensor, tokenizer: Any | None) -> int:
+        """The longest chunk's repeat input (each chunk is fed at n.., after the whole prompt):
+        about ``chunk_size`` plus the instruction, or the whole context when it is shorter."""
+        return max(ids.shape[0] for _, _, ids in self.repeat_inputs(prompt_ids, _required(tokenizer)))
+
     def sample(self, rollout: Rollout) -> Trajectories:
         """One pseudo-future (1, sum_i T_i): every chunk's repeat input, queries at positions
         n..n+T_i-1 each, response keys the repeat inputs' own keys, ``visible_spans`` set."""
-        tokenizer = getattr(rollout, "tokenizer", None)
-        if tokenizer is None:
-            raise ValueError(
-                "the kvzip sampler tokenizes its repeat instruction: pass the model's tokenizer as "
-                "tokenizer= to Pipeline.compress / Pipeline.generate"
-            )
+        tokenizer = _required(getattr(rollout, "tokenizer", None))
         n = rollout.prompt_length
         parts: list[tuple[int, int, Trajectories]] = []
         for start, end, ids in self.repeat_inputs(rollout.prompt_ids, tokenizer):
@@ -138,6 +138,15 @@ class KVzipSampler(Sampler):
             layers=tuple(layers),
             prompt_length=n,
         )
+
+
+def _required(tokenizer: Any | None) -> Any:
+    if tokenizer is None:
+        raise ValueError(
+            "the kvzip sampler tokenizes its repeat instruction: pass the model's tokenizer as "
+            "tokenizer= to Pipeline.compress / Pipeline.generate"
+        )
+    return tokenizer
 
 
 def chunk_spans(n: int, start: int, end: int, sink: int, offset: int, length: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ model produces, not which keys they are scored on. The pseudo tokens' own keys a
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import Field, field_validator
@@ -87,6 +87,9 @@ class LookaheadSampler(Sampler):
             layer_indices=chosen.layer_indices,
             num_tokens=n,
         )
+
+    def future_positions(self, prompt_ids: torch.Tensor, tokenizer: Any | None) -> int:
+        return self.config.num_tokens
 
     def sample(self, rollout: Rollout) -> Trajectories:
         """Pseudo-future (1, w2 + T) at positions [n-w2, ..., n-1, n, ..., n+T-1], no response keys."""

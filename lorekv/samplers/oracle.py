@@ -6,7 +6,7 @@ It is also the KVzip-style building block (a future that repeats the context).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import Field, field_validator
@@ -54,6 +54,9 @@ class OracleSampler(Sampler):
     """The configured continuations, fed after the prompt as (M, T) futures."""
 
     config: OracleConfig
+
+    def future_positions(self, prompt_ids: torch.Tensor, tokenizer: Any | None) -> int:
+        return self.config.num_tokens
 
     def sample(self, rollout: Rollout) -> Trajectories:
         """Futures of shape (M, T) holding exactly ``config.token_ids``."""

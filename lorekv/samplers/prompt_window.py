@@ -7,8 +7,9 @@ generated; the scorer sees the queries of the last w prompt tokens as captured i
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+import torch
 from pydantic import Field
 
 from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig
@@ -40,6 +41,9 @@ class PromptWindowSampler(Sampler):
     def prefill_window(self) -> int | Literal["all"]:
         """w: the prefill must capture the queries of the last w prompt tokens (or all of them)."""
         return self.config.window
+
+    def future_positions(self, prompt_ids: torch.Tensor, tokenizer: Any | None) -> int:
+        return 0  # the prompt's own queries: nothing is fed
 
     def sample(self, rollout: Rollout) -> Trajectories:
         """One pseudo-future of shape (1, w): the window's prompt tokens and their prefill queries (w = n for "all")."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -41,6 +41,9 @@ class TemperatureSampler(Sampler):
     def rule(self, generator: torch.Generator) -> TokenRule:
         """The token rule, drawing from ``generator``."""
         return lambda logits: token_rules.temperature(logits, self.config.temperature, generator)
+
+    def future_positions(self, prompt_ids: torch.Tensor, tokenizer: Any | None) -> int:
+        return self.config.num_tokens
 
     def sample(self, rollout: Rollout) -> Trajectories:
         """Futures of shape (M, T)."""
