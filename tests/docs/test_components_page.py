@@ -99,9 +99,9 @@ def test_the_command_line_reference_is_generated_from_the_commands() -> None:
     assert "| default |" not in source, "a hand-written options table: use <!-- lorekv:cli COMMAND -->"
     commands = hook.cli_commands()
     assert set(re.findall(r"<!-- lorekv:cli (\w+) -->", source)) == set(commands), "every command, once"
-    needle = hook.render_command("needle")
-    trials = next(p for p in commands["needle"].params if p.name == "trials")
-    assert f"| `--trials` | `{trials.default}` |" in needle
+    demo = hook.render_command("demo")
+    length = next(p for p in commands["demo"].params if p.name == "length")
+    assert f"| `--length` | `{length.default}` |" in demo
     assert "| `--chat` / `--no-chat` | `--chat` |" in hook.render_command("generate")
     assert "| `--prompt-file` | *required* |" in hook.render_command("generate")
     assert "| `TARGETS`... | *required* |" in hook.render_command("eval")
