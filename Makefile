@@ -1,5 +1,6 @@
 # Every target sets up .venv first (idempotent). torch is pinned and installed first: an
-# unpinned torch would pull a CUDA build of several GB.
+# unpinned torch would pull a CUDA build of several GB. The extras: all (the CLI, GGUF loading,
+# progress bars, figures), test and docs.
 PYTHON ?= python3
 # mkdocs-material prints a banner about its successor on every build; the build is the same.
 export NO_MKDOCS_2_WARNING := 1
