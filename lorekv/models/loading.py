@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from lorekv.extras import require
 from lorekv.models.bundled import BUNDLED, BundledModel
 
 PROBE_TEXT = "Hello world!  Two spaces,\ttabs, digits 12345 and émigré — the end."
@@ -68,7 +69,14 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _require_gguf() -> None:
+    """Reading a GGUF needs gguf (the tokenizer and weights) and accelerate (the weights)."""
+    require("gguf", extra="gguf", what="GGUF loading")
+    require("accelerate", extra="gguf", what="GGUF loading")
+
+
 def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    _require_gguf()
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
     return model, tokenizer
@@ -158,6 +166,7 @@ def load_bundled(
         _write_cache(target, dequantised, tokenizer, key)
         model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
     elif tokenizer is None:
+        _require_gguf()
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     return model.eval(), tokenizer
 
@@ -170,10 +179,11 @@ def load(
     Args:
         name_or_path: a bundled name (``smollm2-135m-instruct``, ``gemma3-270m``), a local
             transformers directory, a local ``.gguf`` file, or a hub id (where a hub is reachable).
+            Bundled models and ``.gguf`` files need the ``lorekv[gguf]`` extra.
         dtype: the weights' dtype.
         device_map: accelerate's placement (e.g. ``"auto"`` on a GPU machine) for a local
-            directory or hub id; the bundled models and GGUF files load on the CPU (move them
-            with ``model.to(device)``).
+            directory or hub id (needs the ``lorekv[accelerate]`` extra); the bundled models and
+            GGUF files load on the CPU (move them with ``model.to(device)``).
     """
     if name_or_path in BUNDLED or name_or_path.endswith(".gguf"):
         if device_map is not None:
@@ -189,6 +199,8 @@ def load(
             f"unknown model {name_or_path!r}: not a bundled name ({', '.join(BUNDLED)}), "
             "a local directory, a .gguf file, or a hub id (owner/name)"
         )
+    if device_map is not None:
+        require("accelerate", extra="accelerate", what="device_map placement")
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, device_map=device_map)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     return model.eval(), tokenizer
