@@ -11,7 +11,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import pytest
-from docs.hook import ROOT
+from docs.hook import ROOT, load_module
 
 
 @dataclass(frozen=True)
@@ -101,3 +101,23 @@ def test_every_diagram_renders_offline(site: Site) -> None:
     wanted = re.search(r"mermaid@(\d+)", bundle)
     shipped = re.search(r'\{version:"(\d+)\.\d+\.\d+"\}', code)
     assert wanted and shipped and wanted.group(1) == shipped.group(1), "the vendored mermaid is the major Material uses"
+
+
+ROLE_SHOWN = re.compile(r":(?:py:)?(?:class|func|meth|data|attr|mod|obj|exc|const|type):(?:<code>|`)")
+
+
+def test_the_api_page_shows_no_sphinx_role(site: Site) -> None:
+    """Docstrings cite objects with Sphinx roles; the API page shows them as code, not as markup."""
+    api = site.page("reference/api/index.html")
+    assert not ROLE_SHOWN.findall(api), sorted(set(re.findall(r":\w+:<code>[^<]*", api)))[:10]
+    assert "<code>PipelineConfig</code>" in api, "a role's target is still shown, in code"
+    for path, html in site.pages().items():
+        assert not ROLE_SHOWN.findall(html), f"{path} shows a Sphinx role literally"
+
+
+def test_roles_read_as_sphinx_shows_them() -> None:
+    roles = load_module("docs/hooks/rst_roles.py").roles_to_markdown
+    assert roles("see :class:`~lorekv.pipeline.PipelineConfig`.") == "see `PipelineConfig`."
+    assert roles(":func:`lorekv.hf.decode` and :meth:`compress`") == "`lorekv.hf.decode()` and `compress()`"
+    assert roles(":data:`the presets <lorekv.presets.PRESETS>`, :mod:`lorekv.eval`") == "`the presets`, `lorekv.eval`"
+    assert roles("``x`` and :math:`n`") == "``x`` and :math:`n`", "other markup is left as it is"
