@@ -72,9 +72,14 @@ def local_file(site: Site, page: Path, src: str) -> Path:
     return site.root / urlsplit(urljoin(page.relative_to(site.root).as_posix(), src)).path.lstrip("/")
 
 
+INLINE_SCRIPT = re.compile(r"<script\b(?![^>]*\bsrc=)[^>]*>(.*?)</script>", re.IGNORECASE | re.DOTALL)
+
+
 def test_no_page_loads_a_script_from_another_host(site: Site) -> None:
     """Offline, a remote script never arrives: every script the pages load is in the site."""
     for path, html in site.pages().items():
+        for body in INLINE_SCRIPT.findall(html):
+            assert not re.search(r"https?:|//\w", body), f"{path}: an inline script names a remote address"
         for src, _ in scripts(html):
             assert not urlsplit(src).scheme and not src.startswith("//"), f"{path}: remote script {src}"
             assert local_file(site, path, src).is_file(), f"{path}: script {src} is not in the built site"
