@@ -116,6 +116,8 @@ def test_the_api_page_shows_no_sphinx_role(site: Site) -> None:
     api = site.page("reference/api/index.html")
     assert not ROLE_SHOWN.findall(api), sorted(set(re.findall(r":\w+:<code>[^<]*", api)))[:10]
     assert "<code>PipelineConfig</code>" in api, "a role's target is still shown, in code"
+    compress = re.escape('href="#lorekv.pipeline.Pipeline.compress"><code>compress()</code></a>')
+    assert re.search(r'<a class="autorefs[^>]*' + compress, api), "a role whose target is on the page links to it"
     for path, html in site.pages().items():
         assert not ROLE_SHOWN.findall(html), f"{path} shows a Sphinx role literally"
 
@@ -126,3 +128,9 @@ def test_roles_read_as_sphinx_shows_them() -> None:
     assert roles(":func:`lorekv.hf.decode` and :meth:`compress`") == "`lorekv.hf.decode()` and `compress()`"
     assert roles(":data:`the presets <lorekv.presets.PRESETS>`, :mod:`lorekv.eval`") == "`the presets`, `lorekv.eval`"
     assert roles("``x`` and :math:`n`") == "``x`` and :math:`n`", "other markup is left as it is"
+    linked = roles(":meth:`~lorekv.pipeline.Pipeline.compress` or :class:`Other`", {"lorekv.x": ""}.get)
+    assert linked == "`compress()` or `Other`", "only what the resolver resolves is linked"
+    full = {"lorekv.pipeline.Pipeline.compress": "lorekv.pipeline.Pipeline.compress"}.get
+    assert roles("see :meth:`~lorekv.pipeline.Pipeline.compress`", full) == (
+        'see <autoref identifier="lorekv.pipeline.Pipeline.compress" optional><code>compress()</code></autoref>'
+    )
