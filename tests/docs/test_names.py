@@ -34,12 +34,22 @@ def prose() -> list[Path]:
 
 @cache
 def classes() -> dict[str, type]:
-    """Every class defined in lorekv, by name (the first found when two share one)."""
+    """Every class defined in lorekv, by name (the first found when two share one).
+
+    A module whose optional dependency is not installed (an extra) is left out, and so are the
+    mentions of its classes.
+    """
     found: dict[str, type] = {}
     for info in pkgutil.walk_packages(lorekv.__path__, "lorekv."):
         if info.name.endswith("__main__"):
             continue
-        for name, value in vars(importlib.import_module(info.name)).items():
+        try:
+            module = importlib.import_module(info.name)
+        except ModuleNotFoundError as error:
+            if error.name and error.name.split(".")[0] == "lorekv":
+                raise
+            continue
+        for name, value in vars(module).items():
             if inspect.isclass(value) and value.__module__.startswith("lorekv"):
                 found.setdefault(name, value)
     return found
