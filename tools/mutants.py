@@ -19,7 +19,7 @@ checkout while the check runs do not mix into it), the unmutated snapshot must p
 
 Usage:
     python tools/mutants.py                      # run everything, print the summary
-    python tools/mutants.py --out docs/testing-mutants.md
+    python tools/mutants.py --out docs/reference/testing-mutants.md
     python tools/mutants.py --only issue7-decoding-positions-not-advanced,p-uniform-no-recent
     python tools/mutants.py --module lorekv.policies --jobs 2
     python tools/mutants.py --list               # validate the list and print it

@@ -2,7 +2,9 @@
 
 Each function draws the rows of ONE (model, mode, length) section into one PNG and returns its
 path; :func:`section_figures` draws all that apply for the report. Accuracies are macro means
-with their 95% intervals, computed as in the report (:func:`lorekv.eval.rows.macro_cells`).
+with their 95% intervals, computed as in the report (:func:`lorekv.eval.rows.macro_cells`). Each
+method has its own colour and marker, the same in every figure and report
+(:mod:`lorekv.eval.styles`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from lorekv.eval.rows import (  # noqa: E402
     methods_of,
     sections,
 )
+from lorekv.eval.styles import REFERENCE_STYLES, method_styles  # noqa: E402
 
 DPI = 120
 """Resolution of every figure: sharp on screen, small on disk."""
@@ -61,12 +64,6 @@ def _save(fig: Figure, path: str | Path) -> Path:
     return out
 
 
-def _method_colors(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """One color per method, the same in every figure of a section; the full cache black."""
-    others = [m for m in methods_of(rows) if m != FULL]
-    return {FULL: "black", **{m: f"C{i % 10}" for i, m in enumerate(others)}}
-
-
 def _yerr(stats: Sequence[CellStats]) -> np.ndarray:
     """Asymmetric error bars (2, k) from means and interval bounds."""
     return np.array([[s.mean - s.lo for s in stats], [s.hi - s.mean for s in stats]])
@@ -88,14 +85,17 @@ def accuracy_vs_budget(
     cells = macro_cells(rows, seed=seed, resamples=resamples)
     labels = budget_labels(rows)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    colors = _method_colors(rows)
+    styles = method_styles(methods_of(rows))
     for method in (m for m in methods_of(rows) if m != FULL):
-        color = colors[method]
+        style = styles[method]
+        color = style.color
         fixed_labels = [lab for lab in labels if (method, lab) in cells and not _is_ratio(rows, lab)]
         fixed = sorted(((budget_value(rows, lab), cells[(method, lab)]) for lab in fixed_labels), key=lambda p: p[0])
         if fixed:
             x, stats = [p[0] for p in fixed], [p[1] for p in fixed]
-            ax.plot(x, [s.mean for s in stats], marker="o", color=color, label=method)
+            ax.plot(
+                x, [s.mean for s in stats], marker=style.marker, linestyle=style.linestyle, color=color, label=method
+            )
             ax.fill_between(x, [s.lo for s in stats], [s.hi for s in stats], color=color, alpha=0.15)
         for label in (lab for lab in labels if (method, lab) in cells and _is_ratio(rows, lab)):
             s = cells[(method, label)]
@@ -103,7 +103,7 @@ def accuracy_vs_budget(
                 [budget_value(rows, label)],
                 [s.mean],
                 yerr=_yerr([s]),
-                fmt="o",
+                fmt=style.marker,
                 mfc="white",
                 color=color,
                 capsize=3,
@@ -119,8 +119,9 @@ def accuracy_vs_budget(
             )
     full = cells.get((FULL, FULL))
     if full is not None:
-        ax.axhline(full.mean, color="black", linestyle="--", linewidth=1.2, label=f"{FULL} cache")
-        ax.axhspan(full.lo, full.hi, color="black", alpha=0.06)
+        ref = REFERENCE_STYLES[FULL]
+        ax.axhline(full.mean, color=ref.color, linestyle=ref.linestyle, linewidth=1.2, label=f"{FULL} cache")
+        ax.axhspan(full.lo, full.hi, color=ref.color, alpha=0.06)
     ax.set_xscale("log", base=2)
     ticks = sorted({budget_value(rows, label) for label in labels})
     if ticks:
@@ -153,6 +154,7 @@ def ablation_bars(
     if not groups:
         return None
     fig, axes = plt.subplots(len(groups), 1, figsize=(8, 3.2 * len(groups)), squeeze=False)
+    styles = method_styles(methods_of(rows))
     for ax, group in zip(axes[:, 0], groups, strict=True):
         group_rows = [r for r in rows if r.get("group") == group]
         budgets = {r["budget_label"] for r in group_rows}
@@ -165,7 +167,11 @@ def ablation_bars(
             at = [i for i, label in enumerate(labels) if (method, label) in cells]
             stats = [cells[(method, labels[i])] for i in at]
             x = np.array(at) + (k - (len(methods) - 1) / 2) * width
-            ax.bar(x, [s.mean for s in stats], width, yerr=_yerr(stats), capsize=3, label=method)
+            style = styles[method]
+            ax.bar(
+                x, [s.mean for s in stats], width, yerr=_yerr(stats), capsize=3, label=method,
+                color=style.color, hatch=style.hatch, edgecolor="white", linewidth=0,
+            )  # fmt: skip
         ax.set_xticks(range(len(labels)), labels)
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("accuracy (macro)")
@@ -185,13 +191,14 @@ def accuracy_vs_time(
     cells = macro_cells(rows, seed=seed, resamples=resamples)
     seconds = median_seconds(rows)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    colors = _method_colors(rows)
+    styles = method_styles(methods_of(rows))
     for method in methods_of(rows):
         keys = [cell for cell in cells if cell[0] == method]
         stats = [cells[c] for c in keys]
         x = [seconds[c] for c in keys]
+        style = styles[method]
         ax.errorbar(
-            x, [s.mean for s in stats], yerr=_yerr(stats), fmt="o", color=colors[method], capsize=3, label=method
+            x, [s.mean for s in stats], yerr=_yerr(stats), fmt=style.marker, color=style.color, capsize=3, label=method
         )
         for cell, xi, s in zip(keys, x, stats, strict=True):
             ax.annotate(cell[1], (xi, s.mean), textcoords="offset points", xytext=(5, 4), fontsize=8)

@@ -6,7 +6,10 @@ section per (model, mode, length); in each, per task and averaged over tasks (ma
 method x budget table of "mean [95% interval]" with sample counts, the paired differences of
 every method to a reference method on the samples both answered, the median compression time,
 and links to the figures (:mod:`lorekv.eval.figures`). How intervals are computed is in
-:mod:`lorekv.eval.stats`; why is in DESIGN.md section 6.
+:mod:`lorekv.eval.stats`. Methods are compared by paired differences because every method sees
+the same samples, and a difference whose interval covers 0 is not a finding; the full cache's
+accuracy stands beside every method because a task the full cache fails says nothing about
+eviction.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Intervals for accuracies and paired comparisons of methods (DESIGN.md section 6).
+"""Intervals for accuracies and paired comparisons of methods.
 
 Accuracy is reported with its sample count and a 95% interval:
 
@@ -11,7 +11,8 @@ Accuracy is reported with its sample count and a 95% interval:
 
 Every method sees the same samples, so methods are compared by *paired* differences: the
 bootstrap resamples samples (pairs), not the two methods independently, which removes the
-between-sample variance that both methods share.
+between-sample variance that both methods share. A difference whose interval covers 0 is not a
+finding.
 """
 
 from __future__ import annotations

@@ -46,7 +46,8 @@ class PhaseTimer:
 def reference_prefill_seconds(model: PreTrainedModel, input_ids: torch.Tensor) -> float:
     """Seconds of transformers' own prefill of ``input_ids`` (1, n): ``model(ids,
     logits_to_keep=1)`` with SDPA attention and its own cache, the floor every eviction method
-    pays (DESIGN section 6). The model's attention implementation is restored afterwards."""
+    pays: compression costs are reported as ratios to it, measured in the same process. The
+    model's attention implementation is restored afterwards."""
     with using_sdpa(model):
         start = now(input_ids.device)
         model(input_ids, logits_to_keep=1)
