@@ -286,8 +286,7 @@ class Pipeline:
             seconds=seconds,
             future_weights=tuple(weights.tolist()),
         )
-        pending = rollout.prompt_ids[:, candidates:]
-        return CompressedCache(cache, candidates, pending, selection, stats)
+        return CompressedCache(cache, rollout.prompt_ids, candidates, selection, stats)
 
     @torch.no_grad()
     def generate(
