@@ -159,7 +159,9 @@ def continue_full(
     if prompt_ids is None:
         prompt_ids = feed.new_zeros(1, position)
     if tuple(prompt_ids.shape) != (1, position):
-        raise ValueError(f"prompt_ids must have shape (1, {position}) (the cached tokens), got {tuple(prompt_ids.shape)}")
+        raise ValueError(
+            f"prompt_ids must have shape (1, {position}) (the cached tokens), got {tuple(prompt_ids.shape)}"
+        )
     prepare(model)
     start = now(feed.device)
     state = CompressedCache(cache.copy(), prompt_ids, position)

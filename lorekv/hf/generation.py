@@ -142,13 +142,17 @@ def check_generate(model: PreTrainedModel, cache: CompressedCache, args: tuple, 
         ),
         f"num_return_sequences={config.num_return_sequences}": (config.num_return_sequences or 1) > 1,
         f"cache_implementation={config.cache_implementation!r}": config.cache_implementation is not None,
+        f"penalty_alpha={config.penalty_alpha} (contrastive search)": (
+            config.penalty_alpha is not None and config.penalty_alpha > 0 and (config.top_k or 0) > 1
+        ),
+        "dola_layers (DoLa decoding)": config.dola_layers is not None,
         "use_cache=False": config.use_cache is False,
         "inputs_embeds": bound.get("kwargs", {}).get("inputs_embeds") is not None,
     }
     refused = [name for name, hit in refusals.items() if hit]
     mode = config.get_generation_mode(assistant)
     if not refused and mode not in SUPPORTED_MODES:
-        refused = [f"the {mode} generation mode"]
+        refused = [f"the {mode.value} generation mode"]
     if refused:
         raise ValueError(
             f"a compressed cache continues greedy search and sampling (num_beams=1) only; refused: {', '.join(refused)}"
@@ -165,9 +169,7 @@ def check_generate(model: PreTrainedModel, cache: CompressedCache, args: tuple, 
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         raise ValueError("input_ids must be a (1, m) tensor starting with the compressed prompt")
     if input_ids.shape[0] != 1:
-        raise ValueError(
-            f"input_ids has {input_ids.shape[0]} rows; a compressed cache holds one sequence (batch 1)"
-        )
+        raise ValueError(f"input_ids has {input_ids.shape[0]} rows; a compressed cache holds one sequence (batch 1)")
     m = input_ids.shape[1]
     prompt = cache.prompt_ids.to(input_ids.device)
     if m < n or not torch.equal(input_ids[:, :n], prompt):
