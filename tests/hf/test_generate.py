@@ -289,7 +289,7 @@ def test_unsupported_options_are_refused_before_model_work(ragged, options: dict
     model, compressed, ids = ragged
     calls, handle = counted(model)
     try:
-        with pytest.raises(ValueError, match=named):
+        with pytest.raises(ValueError, match=f"refused: .*{named}"):
             model.generate(ids, past_key_values=compressed.fork(), max_new_tokens=3, **options)
     finally:
         handle.remove()
@@ -301,7 +301,7 @@ def test_assisted_decoding_is_refused_before_model_work(ragged) -> None:
     assistant = tiny_llama(2, layers=1)
     calls, handle = counted(model)
     try:
-        with pytest.raises(ValueError, match="assistant_model"):
+        with pytest.raises(ValueError, match="refused: assistant_model"):
             model.generate(ids, past_key_values=compressed.fork(), max_new_tokens=3, assistant_model=assistant)
     finally:
         handle.remove()
@@ -373,3 +373,19 @@ def test_model_calls_that_bypass_the_checks_are_still_refused_at_the_wrong_posit
     want = reference_logits(model, ids[:, :-1], keep_masks(compressed), [ids[:, -1:]])[0]
     torch.testing.assert_close(logits, want, **TOL)
     assert state.extended == 1
+
+
+def test_pipeline_generate_and_decode_pass_generate_options_through() -> None:
+    model = tiny_llama(31, layers=2)
+    pipeline = Pipeline("greedy", "attention_mass", "mean", POLICIES["per_head"])
+    ids = random_ids(28, seed=41)
+    options = {"do_sample": True, "temperature": 0.8, "top_k": 10}
+    torch.manual_seed(3)
+    sampled = pipeline.generate(model, ids, 6, **options)
+    compressed = pipeline.compress(model, ids)
+    torch.manual_seed(3)
+    direct = generate(model, ids, compressed.fork(), max_new_tokens=6, eos_token_id=[], pad_token_id=0, **options)
+    assert sampled.token_ids.tolist() == direct.sequences[0, ids.shape[1] :].tolist()
+    torch.testing.assert_close(sampled.first_logits, direct.logits[0][0], rtol=0, atol=0)
+    greedy = decode(model, compressed, max_new_tokens=6)
+    assert greedy.token_ids.tolist() != sampled.token_ids.tolist(), "the options changed the decoding"
