@@ -111,7 +111,7 @@ def _generate(
     if rule is not None:
         processors.append(RuleProcessor(rule))
     settings: dict[str, Any] = {"do_sample": False, **options}
-    if eos_token_id is None:  # an explicit empty list: the model's generation config must not add one
+    if eos_token_id is None or eos_token_id == []:  # empty, not None: the model's generation config adds none
         settings.update(eos_token_id=[], pad_token_id=settings.get("pad_token_id", 0))
     else:
         settings["eos_token_id"] = eos_token_id
