@@ -51,7 +51,9 @@ class TextGenerationPipeline(TransformersPipeline):
             default, so the two are compared on the same footing.
         answer_prefix: text the answer starts with (fed after the generation prompt).
         chat: wrap the text in the tokenizer's chat template (default: if it has one); otherwise
-            the plain format ``context + "\\n\\n" + question + "\\n"``.
+            the plain format ``context + "\\n\\n" + question + "\\nAnswer: "``. The format is the
+            needle tasks' (:func:`lorekv.eval.needle.prompt_text`), so an answer here and one
+            from ``lorekv needle`` come from the same prompt.
         max_new_tokens: answer length bound (default 32).
         any other keyword: a ``model.generate`` option (``do_sample=True``, ``temperature``,
             ``eos_token_id``, a ``streamer``, ...). Decoding is greedy by default and stops at
@@ -113,7 +115,7 @@ class TextGenerationPipeline(TransformersPipeline):
         tokenizer = self.tokenizer
         chat = bool(getattr(tokenizer, "chat_template", None)) if chat is None else chat
         texts = [
-            chat_text(tokenizer, f"{context}\n\n{SPLIT}{q}", chat=chat, plain_suffix="\n") + answer_prefix
+            chat_text(tokenizer, f"{context}{SPLIT}\n\n{q}", chat=chat, plain_suffix="\nAnswer: ") + answer_prefix
             for q in questions
         ]
         special = not chat

@@ -36,7 +36,7 @@ def expected_ids(tokenizer, question: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The plain format, split into context and question ids."""
     from lorekv.models import SPLIT
 
-    return encode_split(tokenizer, f"{CONTEXT}\n\n{SPLIT}{question}\n", add_special_tokens=True)
+    return encode_split(tokenizer, f"{CONTEXT}{SPLIT}\n\n{question}\nAnswer: ", add_special_tokens=True)
 
 
 def test_several_questions_from_one_compression(pipe, monkeypatch) -> None:
@@ -61,7 +61,7 @@ def test_query_aware_single_question_and_generate_options(pipe) -> None:
     torch.manual_seed(4)
     out = pipe(CONTEXT, question=QUESTIONS[0], method=METHOD, query_aware=True, max_new_tokens=5, do_sample=True)
     assert set(out) == {"answer", "stats"}
-    ids = encode(tokenizer, f"{CONTEXT}\n\n{QUESTIONS[0]}\n", add_special_tokens=True)
+    ids = encode(tokenizer, f"{CONTEXT}\n\n{QUESTIONS[0]}\nAnswer: ", add_special_tokens=True)
     assert out["stats"].prompt_tokens == ids.shape[1] and out["stats"].candidate_tokens == ids.shape[1] - 1
     eos = [tokenizer.eos_token_id]
     compressed = Pipeline.from_config(METHOD).compress(model, ids)
