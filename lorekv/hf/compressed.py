@@ -136,6 +136,23 @@ class CompressedCache(PositionedCache):
         """The entries stored (not positions) plus ``query_length``: the key length attention sees."""
         return self.layers[layer_idx].get_seq_length() + query_length, 0
 
+    @property
+    def is_croppable(self) -> bool:  # type: ignore[override]
+        """False: transformers' ``crop`` knows nothing of the slots' positions (see :meth:`crop`)."""
+        return False
+
+    def crop(self, tokens_to_remove: int) -> None:  # type: ignore[override]
+        raise NotImplementedError("a compressed cache cannot be cropped (assisted decoding); fork it instead")
+
+    def reorder_cache(self, beam_idx: torch.Tensor) -> None:  # type: ignore[override]
+        raise NotImplementedError("a compressed cache holds one sequence: beam search is not supported")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:  # type: ignore[override]
+        raise NotImplementedError("a compressed cache holds one sequence (batch 1)")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:  # type: ignore[override]
+        raise NotImplementedError("a compressed cache holds one sequence (batch 1)")
+
     def fork(self) -> CompressedCache:
         """An independent continuation point sharing this one's tensors: ``generate`` (or any
         feed) on the fork leaves this one intact, so one compression answers several questions."""

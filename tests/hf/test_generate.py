@@ -389,3 +389,15 @@ def test_pipeline_generate_and_decode_pass_generate_options_through() -> None:
     torch.testing.assert_close(sampled.first_logits, direct.logits[0][0], rtol=0, atol=0)
     greedy = decode(model, compressed, max_new_tokens=6)
     assert greedy.token_ids.tolist() != sampled.token_ids.tolist(), "the options changed the decoding"
+
+
+def test_cache_operations_that_ignore_positions_are_refused(ragged) -> None:
+    _, compressed, _ = ragged
+    state = compressed.fork()
+    assert not state.is_croppable, "transformers must not defer its stop check by cropping"
+    for call in (lambda: state.crop(1), lambda: state.reorder_cache(torch.tensor([0]))):
+        with pytest.raises(NotImplementedError):
+            call()
+    for call in (lambda: state.batch_repeat_interleave(2), lambda: state.batch_select_indices(torch.tensor([0]))):
+        with pytest.raises(NotImplementedError, match="batch 1"):
+            call()

@@ -146,8 +146,9 @@ def test_cli_needle_runs_configs_and_resumes(smollm2, tmp_path) -> None:
 
 
 def test_text_pipeline_answers_two_questions_from_one_compression(smollm2) -> None:
-    import transformers
     from pydoc_data.topics import topics
+
+    import transformers
 
     import lorekv
 
