@@ -7,7 +7,10 @@ The public API::
 Every method is a 4-tuple (sampler, scorer, aggregator, policy): :class:`Pipeline` runs one
 on a model, :class:`PipelineConfig` is its YAML/JSON form, :func:`preset` builds published
 methods by name, :func:`load` loads a model and its tokenizer, :func:`decode` answers from a
-compressed cache and :func:`generate_full` is the full-cache baseline.
+compressed cache and :func:`generate_full` is the full-cache baseline. A compressed cache is a
+transformers ``Cache``: ``model.generate(input_ids, past_key_values=compressed)`` continues it.
+:func:`register_text_generation` registers the ``"lorekv-text-generation"`` transformers
+pipeline (:class:`TextGenerationPipeline`: a context and questions in, answers out).
 
 The names are imported on first use, so that ``import lorekv.scorers`` (or any other
 component family) does not import transformers.
@@ -31,6 +34,8 @@ _EXPORTS = {
     "CompressedCache": "lorekv.hf",
     "CompressionStats": "lorekv.hf",
     "Generation": "lorekv.hf",
+    "TextGenerationPipeline": "lorekv.text_generation",
+    "register_text_generation": "lorekv.text_generation",
 }
 
 __all__ = [
@@ -40,10 +45,12 @@ __all__ = [
     "Generation",
     "Pipeline",
     "PipelineConfig",
+    "TextGenerationPipeline",
     "decode",
     "generate_full",
     "load",
     "preset",
+    "register_text_generation",
 ]
 
 if TYPE_CHECKING:
@@ -51,6 +58,7 @@ if TYPE_CHECKING:
     from lorekv.models import load
     from lorekv.pipeline import Pipeline, PipelineConfig
     from lorekv.presets import PRESETS, preset
+    from lorekv.text_generation import TextGenerationPipeline, register_text_generation
 
 
 def __getattr__(name: str) -> Any:

@@ -3,7 +3,9 @@
 ``Pipeline.compress`` prefills the prompt once, lets the sampler draw futures from the
 frozen model, scores every candidate prompt token with the scorer, combines the futures with
 the aggregator, selects with the policy and returns a :class:`CompressedCache` holding only
-the kept prompt entries. ``Pipeline.generate`` compresses and decodes.
+the kept prompt entries: a transformers ``Cache`` that ``model.generate(input_ids,
+past_key_values=compressed)`` continues. ``Pipeline.generate`` compresses and decodes (through
+``model.generate``).
 
 Two uses:
 - query-aware (the default, LORE-KV's setting): the question is part of the prompt. The
@@ -313,8 +315,7 @@ class Pipeline:
             seconds=timer.seconds,
             future_weights=tuple(weights.tolist()),
         )
-        pending = rollout.prompt_ids[:, candidates:]
-        return CompressedCache(cache, candidates, pending, selection, stats)
+        return CompressedCache(cache, rollout.prompt_ids, candidates, selection, stats)
 
     @torch.no_grad()
     def generate(
@@ -327,16 +328,21 @@ class Pipeline:
         eos_token_id: int | list[int] | None = None,
         rule: TokenRule | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
+        **generate_kwargs: Any,
     ) -> Generation:
-        """Compress ``input_ids`` and decode an answer (greedy unless ``rule`` says otherwise).
+        """Compress ``input_ids`` and decode an answer with ``model.generate`` (:func:`decode`).
 
         Without ``question_ids`` the prompt is compressed query-aware; with them the prompt
         is a context compressed query-agnostically and the question is fed after it.
         ``tokenizer`` is passed to :meth:`compress` (samplers that feed text need it).
+        Greedy unless ``rule`` or ``generate_kwargs`` (any ``model.generate`` option:
+        ``do_sample=True``, ``temperature``, a ``streamer``, ...) say otherwise.
         """
         check_int_at_least("max_new_tokens", max_new_tokens, 1)
         extra = max_new_tokens + (0 if question_ids is None else question_ids.shape[-1])
         compressed = self.compress(
             model, input_ids, query_aware=question_ids is None, tokenizer=tokenizer, answer_tokens=extra
         )
-        return decode(model, compressed, question_ids, max_new_tokens, eos_token_id=eos_token_id, rule=rule)
+        return decode(
+            model, compressed, question_ids, max_new_tokens, eos_token_id=eos_token_id, rule=rule, **generate_kwargs
+        )

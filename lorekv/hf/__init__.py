@@ -7,8 +7,12 @@
   :func:`~lorekv.hf.cache.gather`, which keeps a selection's entries.
 - :mod:`~lorekv.hf.introspection`: layer types, evictable layers, supported architectures.
 - :mod:`~lorekv.hf.rollout`: prefill once, then futures for a sampler.
-- :mod:`~lorekv.hf.compressed` and :mod:`~lorekv.hf.decoding`: the compressed cache and
-  decoding from it (and the full-cache baseline).
+- :mod:`~lorekv.hf.compressed`: the compressed cache, a transformers ``Cache`` that
+  ``model.generate`` continues at the original positions.
+- :mod:`~lorekv.hf.generation`: what lets ``model.generate`` continue it (forward hooks that
+  place the fed tokens, and the up-front refusal of what it cannot continue).
+- :mod:`~lorekv.hf.decoding`: conveniences over ``model.generate`` (decoding from a compressed
+  cache, the full-cache baseline).
 - :mod:`~lorekv.hf.timing`: device-synchronised clocks and transformers' own prefill time.
 
 Only this package and :mod:`lorekv.models` import transformers.

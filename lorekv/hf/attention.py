@@ -27,6 +27,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from lorekv.compiling import compiled
 from lorekv.hf.cache import PADDING, PositionedCache
 from lorekv.hf.context import ForwardPass, active_pass, running
+from lorekv.hf.generation import install
 
 ATTENTION_NAME = "lorekv"
 
@@ -244,10 +245,12 @@ def register() -> None:
 
 
 def prepare(model: PreTrainedModel) -> PreTrainedModel:
-    """Switch ``model`` to the lorekv attention function (idempotent)."""
+    """Switch ``model`` to the lorekv attention function and let it continue compressed caches in
+    ``model.generate`` (:func:`lorekv.hf.generation.install`); idempotent."""
     register()
     if getattr(model.config, "_attn_implementation", None) != ATTENTION_NAME:
         model.set_attn_implementation(ATTENTION_NAME)
+    install(model)
     return model
 
 

@@ -164,7 +164,10 @@ class PositionedCache(Cache):
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):  # type: ignore[override]
         current = active_pass()
         if current is None or current.cache is not self:
-            raise RuntimeError("PositionedCache must be fed through lorekv.hf.attention.forward")
+            raise RuntimeError(
+                "PositionedCache must be fed through lorekv.hf.attention.forward, or (a CompressedCache) "
+                "by a model prepared with lorekv.hf.prepare(model), which Pipeline.compress does"
+            )
         keys, values, positions = self.layers[layer_idx].append(key_states, value_states, current.query_positions)
         current.key_positions[layer_idx] = positions
         return keys, values

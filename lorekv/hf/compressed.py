@@ -81,27 +81,104 @@ class CompressionStats:
         }
 
 
-@dataclass
-class CompressedCache:
-    """A compressed prompt, ready to be continued.
+class CompressedCache(PositionedCache):
+    """A compressed prompt, ready to be continued: a transformers ``Cache`` holding only the kept
+    prompt entries, at their original positions.
+
+    It is what ``model.generate`` continues::
+
+        compressed = pipeline.compress(model, input_ids)
+        model.generate(input_ids, past_key_values=compressed, max_new_tokens=32, do_sample=True)
+
+    with the same ``input_ids`` (or the compressed context followed by a question, query-agnostic
+    mode), as transformers expects when a cache is passed. :meth:`get_seq_length` is the count
+    of *positions* the cache covers (``next_position``), never the compressed length, so
+    transformers feeds exactly the not-yet-cached suffix ``input_ids[:, next_position:]`` at
+    positions ``next_position, next_position + 1, ...``: the pending prompt token goes through the
+    compressed cache (the first answer token never comes from the full prefill) and the keys
+    keep their RoPE. The model must have been through :func:`lorekv.hf.attention.prepare`
+    (``Pipeline.compress`` does it), which installs the hooks that run each model call on this
+    cache at those positions (:mod:`lorekv.hf.generation`).
+
+    Like any cache passed to ``generate``, it is extended in place: a second ``generate`` on the
+    same object is refused; :meth:`fork` first to answer several questions from one compression.
 
     Attributes:
-        cache: the kept prompt entries, at their original positions.
+        prompt_ids: (1, n) the prompt that was compressed (the context, query-agnostic).
+        start: the position of the first pending prompt token (n - 1 query-aware, n otherwise):
+            the tokens before it are in the cache.
         next_position: the position the next fed token takes (the original, uncompressed
-            position, never the compressed length).
-        pending_ids: (1, p) prompt tokens not yet fed: in query-aware mode the prompt's last
-            token, which is re-fed through the compressed cache so that the first answer
-            token is computed from the compressed cache and not from the full prefill.
-        selection: the kept candidates per (evicted layer, KV head).
-        stats: see :class:`CompressionStats`.
+            position, never the compressed length); ``start`` until the cache is extended.
+        selection: the kept candidates per (evicted layer, KV head); None for a full cache.
+        stats: see :class:`CompressionStats`; None for a full cache.
+        damaged: a model call on the cache failed midway (some layers appended, others not);
+            such a cache is refused.
     """
 
-    cache: PositionedCache
-    next_position: int
-    pending_ids: torch.Tensor
-    selection: Selection
-    stats: CompressionStats
+    def __init__(
+        self,
+        cache: PositionedCache,
+        prompt_ids: torch.Tensor,
+        start: int,
+        selection: Selection | None = None,
+        stats: CompressionStats | None = None,
+    ) -> None:
+        super().__init__([layer.window for layer in cache.layers])
+        if not 0 <= start <= prompt_ids.shape[-1]:
+            raise ValueError(f"start must lie in [0, {prompt_ids.shape[-1]}] (the prompt length), got {start}")
+        self.layers = cache.layers
+        self.prompt_ids = prompt_ids
+        self.start = start
+        self.next_position = start
+        self.selection = selection
+        self.stats = stats
+        self.damaged = False
+
+    @property
+    def cache(self) -> CompressedCache:
+        """The cache itself (kept for callers that read ``compressed.cache.layers``)."""
+        return self
+
+    @property
+    def pending_ids(self) -> torch.Tensor:
+        """(1, p) prompt tokens not yet fed: in query-aware mode the prompt's last token, which is
+        re-fed through the compressed cache so that the first answer token is computed from the
+        compressed cache and not from the full prefill; (1, 0) query-agnostic."""
+        return self.prompt_ids[:, self.start :]
+
+    @property
+    def extended(self) -> int:
+        """Tokens fed since compression (0 for a fresh cache or a fresh fork)."""
+        return self.next_position - self.start
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:  # type: ignore[override]
+        """The positions covered, ``next_position`` (what transformers derives positions from)."""
+        return self.next_position
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:  # type: ignore[override]
+        """The entries stored (not positions) plus ``query_length``: the key length attention sees."""
+        return self.layers[layer_idx].get_seq_length() + query_length, 0
+
+    @property
+    def is_croppable(self) -> bool:  # type: ignore[override]
+        """False: transformers' ``crop`` knows nothing of the slots' positions (see :meth:`crop`)."""
+        return False
+
+    def crop(self, tokens_to_remove: int) -> None:  # type: ignore[override]
+        raise NotImplementedError("a compressed cache cannot be cropped (assisted decoding); fork it instead")
+
+    def reorder_cache(self, beam_idx: torch.Tensor) -> None:  # type: ignore[override]
+        raise NotImplementedError("a compressed cache holds one sequence: beam search is not supported")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:  # type: ignore[override]
+        raise NotImplementedError("a compressed cache holds one sequence (batch 1)")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:  # type: ignore[override]
+        raise NotImplementedError("a compressed cache holds one sequence (batch 1)")
 
     def fork(self) -> CompressedCache:
-        """An independent continuation point: decoding from the fork leaves this one intact."""
-        return CompressedCache(self.cache.copy(), self.next_position, self.pending_ids, self.selection, self.stats)
+        """An independent continuation point sharing this one's tensors: ``generate`` (or any
+        feed) on the fork leaves this one intact, so one compression answers several questions."""
+        out = CompressedCache(self.copy(), self.prompt_ids, self.start, self.selection, self.stats)
+        out.next_position = self.next_position
+        return out

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,6 +33,9 @@ class ForwardPass:
         key_positions: layer index -> (B, G, K) positions of the keys that layer's cache
             returned to its attention in this call (filled by the cache).
         compile: use the ``torch.compile``'d attention kernels.
+        owner: who opened the pass with :func:`enter` (the model whose hooks did), None for
+            :func:`running`.
+        token: the context-variable token :func:`leave` restores.
     """
 
     cache: PositionedCache
@@ -40,6 +43,8 @@ class ForwardPass:
     capture: QueryCapture | None = None
     key_positions: dict[int, torch.Tensor] = field(default_factory=dict)
     compile: bool = False
+    owner: Any = None
+    token: Any = None
 
 
 _ACTIVE: ContextVar[ForwardPass | None] = ContextVar("lorekv_forward_pass", default=None)
@@ -58,3 +63,15 @@ def running(forward_pass: ForwardPass) -> Iterator[ForwardPass]:
         yield forward_pass
     finally:
         _ACTIVE.reset(token)
+
+
+def enter(forward_pass: ForwardPass) -> None:
+    """Make ``forward_pass`` the active one until :func:`leave` (for hooks, which cannot hold a
+    ``with`` block open across a call)."""
+    forward_pass.token = _ACTIVE.set(forward_pass)
+
+
+def leave(forward_pass: ForwardPass) -> None:
+    """End ``forward_pass``, opened by :func:`enter`."""
+    _ACTIVE.reset(forward_pass.token)
+    forward_pass.token = None

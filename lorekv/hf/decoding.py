@@ -1,19 +1,24 @@
-"""Decoding after compression, and the full-cache baseline.
+"""Decoding after compression, and the full-cache baseline: conveniences over ``model.generate``.
 
-Decoding always continues at the original positions: the next token after an n-token
-prompt sits at position n whatever the compressed length, and keys keep their RoPE.
+There is one decoding loop, transformers' own: :func:`decode` is ``model.generate`` on a fork
+of a :class:`~lorekv.hf.compressed.CompressedCache` (which continues at the original
+positions, the keys keeping their RoPE); :func:`continue_full` is the same on a cache that
+evicted nothing; :func:`generate_full` is plain ``model.generate``. They add what lorekv's
+callers use: greedy by default, no end-of-sequence stop unless ``eos_token_id`` is given, the
+answer's tokens and first logits, the compression stats and the wall-clock time. Every other
+``generate`` option passes through.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
 
-from lorekv import token_rules
-from lorekv.hf.attention import forward, prepare
+from lorekv.hf.attention import prepare
 from lorekv.hf.cache import PositionedCache
 from lorekv.hf.compressed import CompressedCache, CompressionStats
 from lorekv.hf.inputs import check_context, check_token_ids
@@ -43,6 +48,20 @@ class Generation:
         return tokenizer.decode(self.token_ids, skip_special_tokens=True)
 
 
+class RuleProcessor(LogitsProcessor):
+    """A :data:`~lorekv.token_rules.TokenRule` as a logits processor: every token but the rule's
+    choice gets -inf, so greedy search picks exactly what the rule picks from the scores
+    (B, V) it is given (the raw logits when no other processor runs first)."""
+
+    def __init__(self, rule: TokenRule) -> None:
+        self.rule = rule
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        chosen = self.rule(scores)
+        out = torch.full_like(scores, -torch.inf)
+        return out.scatter(1, chosen.view(-1, 1), 0.0)
+
+
 @torch.no_grad()
 def decode(
     model: PreTrainedModel,
@@ -52,60 +71,63 @@ def decode(
     *,
     eos_token_id: int | list[int] | None = None,
     rule: TokenRule | None = None,
+    **generate_kwargs: Any,
 ) -> Generation:
-    """Feed the pending prompt token(s) and ``question_ids`` (1, q), then decode.
+    """``model.generate`` from a fork of ``compressed``, fed the pending prompt token(s) and
+    ``question_ids`` (1, q); ``compressed`` itself is left intact, so it can answer several
+    questions.
 
-    Decodes from a fork, so one compressed cache can answer several questions.
+    Greedy unless ``rule`` (a token rule, applied as a logits processor) or ``generate_kwargs``
+    (``do_sample=True, temperature=...``, a streamer, ...) say otherwise; stops at
+    ``eos_token_id`` only (None: runs to ``max_new_tokens``, whatever the model's generation
+    config says).
     """
     check_int_at_least("max_new_tokens", max_new_tokens, 1)
     if question_ids is not None:
         check_token_ids(model, question_ids, "question_ids")
-    feed = compressed.pending_ids if question_ids is None else torch.cat([compressed.pending_ids, question_ids], 1)
-    if feed.shape[1] == 0:
+    ids = compressed.prompt_ids if question_ids is None else torch.cat([compressed.prompt_ids, question_ids], 1)
+    if ids.shape[1] == compressed.start:
         raise ValueError("nothing to decode from: a query-agnostic cache needs question_ids")
-    check_context(model, compressed.next_position, feed.shape[1] + max_new_tokens, "question/answer")
+    check_context(model, ids.shape[1], max_new_tokens, "answer")
     prepare(model)
-    start = now(feed.device)
+    start = now(ids.device)
     state = compressed.fork()
-    return _decode_from(
-        model, state.cache, feed, state.next_position, max_new_tokens, eos_token_id, rule, compressed.stats, start
-    )
+    return _generate(model, ids, state, max_new_tokens, eos_token_id, rule, compressed.stats, start, generate_kwargs)
 
 
-def _decode_from(
+def _generate(
     model: PreTrainedModel,
-    cache: PositionedCache,
-    feed: torch.Tensor,
-    position: int,
+    input_ids: torch.Tensor,
+    cache: CompressedCache | None,
     max_new_tokens: int,
     eos_token_id: int | list[int] | None,
     rule: TokenRule | None,
     stats: CompressionStats | None,
     start: float,
+    options: dict[str, Any],
 ) -> Generation:
-    """Feed ``feed`` (1, q) at ``position``.., then decode; the only host read per step is the
-    end-of-sequence test (none without ``eos_token_id``)."""
-    rule = rule or token_rules.greedy
-    device = feed.device
-    eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
-    eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
-    positions = torch.arange(position, position + feed.shape[1] + max_new_tokens, device=device)
-    logits = forward(model, feed, cache, positions[: feed.shape[1]])[:, -1]
-    positions = positions[feed.shape[1] :]
-    cache.reserve(1, max_new_tokens)
-    first_logits = logits[0]
-    out = torch.empty(max_new_tokens, dtype=torch.long, device=device)
-    length = max_new_tokens
-    for step in range(max_new_tokens):
-        token = rule(logits)
-        out[step] = token[0]
-        if step + 1 == max_new_tokens:
-            break
-        if eos_ids and bool(torch.isin(token[0], eos)):
-            length = step + 1
-            break
-        logits = forward(model, token.view(1, 1), cache, positions[step : step + 1])[:, -1]
-    return Generation(out[:length].cpu(), first_logits, stats, time.perf_counter() - start)
+    """``model.generate(input_ids, cache=cache, ...)`` (1, m) -> the new tokens and first logits."""
+    processors = LogitsProcessorList(options.pop("logits_processor", None) or [])
+    if rule is not None:
+        processors.append(RuleProcessor(rule))
+    settings: dict[str, Any] = {"do_sample": False, **options}
+    if eos_token_id is None or eos_token_id == []:  # empty, not None: the model's generation config adds none
+        settings.update(eos_token_id=[], pad_token_id=settings.get("pad_token_id", 0))
+    else:
+        settings["eos_token_id"] = eos_token_id
+    if cache is not None:
+        settings["cache"] = cache
+    out = model.generate(
+        input_ids,
+        attention_mask=torch.ones_like(input_ids),  # else a prompt token equal to the pad id reads as padding
+        max_new_tokens=max_new_tokens,
+        logits_processor=processors,
+        return_dict_in_generate=True,
+        output_logits=True,
+        **settings,
+    )
+    tokens = out.sequences[0, input_ids.shape[1] :]
+    return Generation(tokens.cpu(), out.logits[0][0], stats, time.perf_counter() - start)
 
 
 @torch.no_grad()
@@ -118,19 +140,33 @@ def continue_full(
     *,
     eos_token_id: int | list[int] | None = None,
     rule: TokenRule | None = None,
+    prompt_ids: torch.Tensor | None = None,
+    **generate_kwargs: Any,
 ) -> Generation:
-    """The full-cache baseline from an existing prefill: feed ``feed`` (1, q) at ``position``
-    (the count of tokens ``cache`` holds), then decode; ``cache`` itself is left intact.
+    """The full-cache baseline from an existing prefill: ``model.generate`` feeding ``feed`` (1, q)
+    at ``position`` (the count of tokens ``cache`` holds), then decoding; ``cache`` itself is
+    left intact.
 
     The evaluation grid answers with the full cache from the prefill it shares with the
     compressed methods (query-aware: the cache of the first n - 1 tokens, the last one fed).
+    ``prompt_ids`` (1, position): the cached tokens, for generate options that read the prompt
+    (``repetition_penalty``, ``no_repeat_ngram_size``); without them ``generate`` sees
+    placeholder ids there, which greedy decoding (the default) never reads.
     """
     check_int_at_least("max_new_tokens", max_new_tokens, 1)
     check_token_ids(model, feed, "feed")
     check_context(model, position, feed.shape[1] + max_new_tokens, "question/answer")
+    if prompt_ids is None:
+        prompt_ids = feed.new_zeros(1, position)
+    if tuple(prompt_ids.shape) != (1, position):
+        raise ValueError(
+            f"prompt_ids must have shape (1, {position}) (the cached tokens), got {tuple(prompt_ids.shape)}"
+        )
     prepare(model)
     start = now(feed.device)
-    return _decode_from(model, cache.copy(), feed, position, max_new_tokens, eos_token_id, rule, None, start)
+    state = CompressedCache(cache.copy(), prompt_ids, position)
+    ids = torch.cat([prompt_ids, feed], 1)
+    return _generate(model, ids, state, max_new_tokens, eos_token_id, rule, None, start, generate_kwargs)
 
 
 @torch.no_grad()
@@ -141,12 +177,13 @@ def generate_full(
     *,
     eos_token_id: int | list[int] | None = None,
     rule: TokenRule | None = None,
+    **generate_kwargs: Any,
 ) -> Generation:
-    """The full-cache baseline: prefill ``input_ids`` (1, n) and decode, nothing evicted."""
+    """The full-cache baseline: ``model.generate`` on ``input_ids`` (1, n) with transformers' own
+    cache, nothing evicted."""
     check_int_at_least("max_new_tokens", max_new_tokens, 1)
     check_token_ids(model, input_ids, "input_ids")
     check_context(model, input_ids.shape[1], max_new_tokens)
     prepare(model)
     start = now(input_ids.device)
-    cache = PositionedCache.for_model(model.config)
-    return _decode_from(model, cache, input_ids, 0, max_new_tokens, eos_token_id, rule, None, start)
+    return _generate(model, input_ids, None, max_new_tokens, eos_token_id, rule, None, start, generate_kwargs)

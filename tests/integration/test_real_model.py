@@ -118,3 +118,24 @@ def test_gemma3_bundled_hybrid_model_evicts_full_attention_layers() -> None:
     assert result.stats.layer_indices == (5, 11, 17)
     assert result.stats.kept == ((64,), (64,), (64,))
     assert "Paris" in tokenizer.decode(result.token_ids)
+
+
+def test_text_pipeline_answers_two_questions_from_one_compression(smollm2) -> None:
+    from pydoc_data.topics import topics
+
+    import transformers
+
+    import lorekv
+
+    model, tokenizer = smollm2
+    lorekv.register_text_generation()
+    pipe = transformers.pipeline("lorekv-text-generation", model=model, tokenizer=tokenizer, device="cpu")
+    prose = " ".join(topics["assignment"].split()[:330])
+    context = f"{prose} The ship in the harbour is called the Blue Heron. {prose[:600]}"
+    questions = ["What is the ship in the harbour called?", "What does the text say about assignment?"]
+    out = pipe(context, questions=questions, method=preset("lore_kv", 64), max_new_tokens=12)
+    assert set(out) == {"answers", "stats"} and len(out["answers"]) == 2
+    assert all(isinstance(a, str) and a.strip() for a in out["answers"]), out["answers"]
+    stats = out["stats"]
+    assert 500 <= stats.prompt_tokens == stats.candidate_tokens <= 800, "the context alone, query-agnostic"
+    assert stats.kept == tuple((64, 64, 64) for _ in range(30))

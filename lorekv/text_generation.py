@@ -1,0 +1,196 @@
+"""Text in, text out: the ``"lorekv-text-generation"`` transformers pipeline.
+
+After one call to :func:`register` (``lorekv.register_text_generation()``)::
+
+    pipe = transformers.pipeline("lorekv-text-generation", model=model, tokenizer=tokenizer)
+    pipe(context, question="...", method=preset("lore_kv", 64), max_new_tokens=32)
+    pipe(context, questions=["...", "..."], method=preset("lore_kv", 64))  # one compression
+
+Registration is an explicit call, not a side effect of ``import lorekv``: importing lorekv (or
+one of its component families) must not import transformers, which the families are tested
+without.
+
+This module is the one place above the binding that imports transformers: a transformers
+``Pipeline`` subclass that builds a lorekv :class:`~lorekv.pipeline.Pipeline` needs both.
+Answers are decoded by ``model.generate`` on forks of the compressed cache
+(:func:`lorekv.hf.decoding.decode`), so every generate option passes through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM
+from transformers import Pipeline as TransformersPipeline
+from transformers.pipelines import PIPELINE_REGISTRY
+
+from lorekv.hf import CompressedCache, decode, generate_full
+from lorekv.models import SPLIT, chat_text, encode, encode_split, end_of_turn_ids
+from lorekv.pipeline import Pipeline, PipelineConfig
+
+TASK = "lorekv-text-generation"
+
+
+class TextGenerationPipeline(TransformersPipeline):
+    """Answer questions about a long context from one compressed cache.
+
+    Call it as ``pipe(context, question=..., method=...)`` (returns ``{"answer", "stats"}``) or
+    ``pipe(context, questions=[...], method=...)`` (returns ``{"answers", "stats"}``).
+
+    Keyword arguments of a call:
+        question / questions: one question, or several answered from the same compression.
+        method: the eviction method: a lorekv ``Pipeline``, a ``PipelineConfig`` (e.g.
+            ``preset("lore_kv", 64)``), its mapping or a YAML/JSON path; None keeps the full cache.
+        query_aware: compress the context together with its single question (the question's
+            tokens are part of the prompt the method scores). Default False: query-agnostic, the
+            context alone is compressed and every question is fed after it, because one
+            compression then serves every question, and it is what kvpress's pipeline does by
+            default, so the two are compared on the same footing.
+        answer_prefix: text the answer starts with (fed after the generation prompt).
+        chat: wrap the text in the tokenizer's chat template (default: if it has one); otherwise
+            the plain format ``context + "\\n\\n" + question + "\\nAnswer: "``.
+        max_new_tokens: answer length bound (default 32).
+        any other keyword: a ``model.generate`` option (``do_sample=True``, ``temperature``,
+            ``eos_token_id``, a ``streamer``, ...). Decoding is greedy by default and stops at
+            the tokenizer's end-of-turn tokens unless ``eos_token_id`` says otherwise.
+
+    The stats are the :class:`~lorekv.hf.compressed.CompressionStats` of the compression (None
+    with the full cache).
+    """
+
+    def _sanitize_parameters(
+        self,
+        question: str | None = None,
+        questions: list[str] | None = None,
+        method: Any = None,
+        query_aware: bool = False,
+        answer_prefix: str = "",
+        chat: bool | None = None,
+        max_new_tokens: int = 32,
+        **generate_kwargs: Any,
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        preprocess: dict[str, Any] = {}
+        forward: dict[str, Any] = {}
+        postprocess: dict[str, Any] = {}
+        if question is not None or questions is not None:
+            if question is not None and questions is not None:
+                raise ValueError("give question or questions, not both")
+            if questions is not None and (
+                isinstance(questions, str) or not questions or not all(isinstance(q, str) for q in questions)
+            ):
+                raise ValueError(f"questions must be a non-empty list of strings, got {questions!r}")
+            asked = [question] if question is not None else list(questions)
+            if query_aware and len(asked) != 1:
+                raise ValueError(
+                    f"query_aware=True compresses the context with its question: give one question, got {len(asked)}"
+                )
+            preprocess["questions"] = asked
+            postprocess["single"] = question is not None
+        if not isinstance(query_aware, bool):
+            raise ValueError(f"query_aware must be True or False, got {query_aware!r}")
+        preprocess.update(query_aware=query_aware, answer_prefix=answer_prefix, chat=chat)
+        forward.update(
+            method=method, query_aware=query_aware, max_new_tokens=max_new_tokens, generate_kwargs=generate_kwargs
+        )
+        return preprocess, forward, postprocess
+
+    def preprocess(
+        self,
+        context: str,
+        questions: list[str] | None = None,
+        query_aware: bool = False,
+        answer_prefix: str = "",
+        chat: bool | None = None,
+    ) -> dict[str, Any]:
+        """Token ids: ``context`` (1, c) and one (1, q) per question; query-aware, the whole prompt."""
+        if not isinstance(context, str):
+            raise ValueError(f"context must be a string, got {type(context).__name__}")
+        if questions is None:
+            raise ValueError("give question='...' or questions=[...]")
+        tokenizer = self.tokenizer
+        chat = bool(getattr(tokenizer, "chat_template", None)) if chat is None else chat
+        texts = [
+            chat_text(tokenizer, f"{context}{SPLIT}\n\n{q}", chat=chat, plain_suffix="\nAnswer: ") + answer_prefix
+            for q in questions
+        ]
+        special = not chat
+        if query_aware:
+            return {"prompt_ids": encode(tokenizer, texts[0], add_special_tokens=special)}
+        context_ids, question_ids = None, []
+        for i, text in enumerate(texts):
+            head, tail = encode_split(tokenizer, text, add_special_tokens=special)
+            if context_ids is None:
+                context_ids = head
+            elif not torch.equal(head, context_ids):
+                raise ValueError(f"question {i} changes how the end of the context tokenizes; start it with a space")
+            question_ids.append(tail)
+        return {"context_ids": context_ids, "question_ids": question_ids}
+
+    def _forward(
+        self,
+        inputs: dict[str, Any],
+        method: Any = None,
+        query_aware: bool = False,
+        max_new_tokens: int = 32,
+        generate_kwargs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        options = dict(generate_kwargs or {})
+        eos = options.pop("eos_token_id") if "eos_token_id" in options else end_of_turn_ids(self.tokenizer)
+        model = self.model
+        pipeline = as_pipeline(method)
+        if query_aware:
+            ids = inputs["prompt_ids"]
+            if pipeline is None:
+                answers = [generate_full(model, ids, max_new_tokens, eos_token_id=eos, **options)]
+                return {"generations": answers, "stats": None}
+            compressed = pipeline.compress(model, ids, tokenizer=self.tokenizer, answer_tokens=max_new_tokens)
+            answers = [decode(model, compressed, None, max_new_tokens, eos_token_id=eos, **options)]
+            return {"generations": answers, "stats": compressed.stats}
+        context, questions = inputs["context_ids"], inputs["question_ids"]
+        if pipeline is None:
+            answers = [
+                generate_full(model, torch.cat([context, q], 1), max_new_tokens, eos_token_id=eos, **options)
+                for q in questions
+            ]
+            return {"generations": answers, "stats": None}
+        longest = max(q.shape[1] for q in questions)
+        compressed: CompressedCache = pipeline.compress(
+            model, context, query_aware=False, tokenizer=self.tokenizer, answer_tokens=longest + max_new_tokens
+        )
+        answers = [decode(model, compressed, q, max_new_tokens, eos_token_id=eos, **options) for q in questions]
+        return {"generations": answers, "stats": compressed.stats}
+
+    def postprocess(self, outputs: dict[str, Any], single: bool = True) -> dict[str, Any]:
+        texts = [g.text(self.tokenizer) for g in outputs["generations"]]
+        if single:
+            return {"answer": texts[0], "stats": outputs["stats"]}
+        return {"answers": texts, "stats": outputs["stats"]}
+
+
+def as_pipeline(method: Any) -> Pipeline | None:
+    """A lorekv :class:`Pipeline` from ``method``: a Pipeline, a PipelineConfig, its mapping or a
+    YAML/JSON path; None stays None (the full cache)."""
+    if method is None or isinstance(method, Pipeline):
+        return method
+    if isinstance(method, (PipelineConfig, Mapping, str, Path)):
+        return Pipeline.from_config(method)
+    raise ValueError(
+        f"method must be a lorekv Pipeline, a PipelineConfig (e.g. preset('lore_kv', 64)), its mapping, "
+        f"a YAML/JSON path or None (the full cache), got {type(method).__name__}"
+    )
+
+
+def register() -> type[TextGenerationPipeline]:
+    """Register ``"lorekv-text-generation"`` with ``transformers.pipeline`` (idempotent)."""
+    if PIPELINE_REGISTRY.supported_tasks.get(TASK, {}).get("impl") is not TextGenerationPipeline:
+        PIPELINE_REGISTRY.register_pipeline(TASK, pipeline_class=TextGenerationPipeline, pt_model=AutoModelForCausalLM)
+    return TextGenerationPipeline
+
+
+register_text_generation = register
+"""The name ``lorekv`` exports: ``lorekv.register_text_generation()``."""
+
+__all__ = ["TASK", "TextGenerationPipeline", "as_pipeline", "register", "register_text_generation"]

@@ -1,0 +1,99 @@
+"""The ``"lorekv-text-generation"`` transformers pipeline on a tiny Llama with a word tokenizer
+(no chat template: the plain format)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from tiny_models import tiny_llama, word_tokenizer
+
+import lorekv
+from lorekv import Pipeline, decode, generate_full, preset
+from lorekv.models import encode, encode_split
+from lorekv.text_generation import TASK, TextGenerationPipeline
+
+CONTEXT = " ".join(f"w{(7 * i) % 59}" for i in range(40))
+QUESTIONS = ["w3 w5 w8", "w13 w21"]
+METHOD = {
+    "sampler": {"name": "temperature", "num_futures": 2, "num_tokens": 3},
+    "scorer": "projected_loo",
+    "aggregator": "mean",
+    "policy": {"name": "per_head", "budget": 6, "alpha": 0.0},
+}
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    assert lorekv.register_text_generation() is TextGenerationPipeline
+    model, tokenizer = tiny_llama(31, layers=2), word_tokenizer()
+    made = transformers.pipeline(TASK, model=model, tokenizer=tokenizer, device="cpu")
+    assert isinstance(made, TextGenerationPipeline)
+    return made
+
+
+def expected_ids(tokenizer, question: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The plain format, split into context and question ids."""
+    from lorekv.models import SPLIT
+
+    return encode_split(tokenizer, f"{CONTEXT}{SPLIT}\n\n{question}\nAnswer: ", add_special_tokens=True)
+
+
+def test_several_questions_from_one_compression(pipe, monkeypatch) -> None:
+    compressions = []
+    original = Pipeline.compress
+    monkeypatch.setattr(Pipeline, "compress", lambda self, *a, **k: compressions.append(1) or original(self, *a, **k))
+    out = pipe(CONTEXT, questions=QUESTIONS, method=METHOD, max_new_tokens=5, eos_token_id=[])
+    assert compressions == [1], "one compression for both questions"
+    assert set(out) == {"answers", "stats"} and len(out["answers"]) == 2
+    assert out["stats"].prompt_tokens == out["stats"].candidate_tokens, "query-agnostic by default"
+    model, tokenizer = pipe.model, pipe.tokenizer
+    context, _ = expected_ids(tokenizer, QUESTIONS[0])
+    compressed = Pipeline.from_config(METHOD).compress(model, context, query_aware=False)
+    for question, answer in zip(QUESTIONS, out["answers"], strict=True):
+        _, question_ids = expected_ids(tokenizer, question)
+        want = decode(model, compressed, question_ids, 5, eos_token_id=[])
+        assert answer == want.text(tokenizer) and answer
+
+
+def test_query_aware_single_question_and_generate_options(pipe) -> None:
+    model, tokenizer = pipe.model, pipe.tokenizer
+    torch.manual_seed(4)
+    out = pipe(CONTEXT, question=QUESTIONS[0], method=METHOD, query_aware=True, max_new_tokens=5, do_sample=True)
+    assert set(out) == {"answer", "stats"}
+    ids = encode(tokenizer, f"{CONTEXT}\n\n{QUESTIONS[0]}\nAnswer: ", add_special_tokens=True)
+    assert out["stats"].prompt_tokens == ids.shape[1] and out["stats"].candidate_tokens == ids.shape[1] - 1
+    eos = [tokenizer.eos_token_id]
+    compressed = Pipeline.from_config(METHOD).compress(model, ids)
+    torch.manual_seed(4)
+    assert out["answer"] == decode(model, compressed, None, 5, eos_token_id=eos, do_sample=True).text(tokenizer)
+    greedy = pipe(CONTEXT, question=QUESTIONS[0], method=METHOD, query_aware=True, max_new_tokens=5)
+    assert greedy["answer"] != out["answer"], "do_sample reached generate"
+
+
+def test_without_a_method_the_full_cache_answers(pipe) -> None:
+    model, tokenizer = pipe.model, pipe.tokenizer
+    out = pipe(CONTEXT, question=QUESTIONS[1], max_new_tokens=4)
+    context, question = expected_ids(tokenizer, QUESTIONS[1])
+    full = generate_full(model, torch.cat([context, question], 1), 4, eos_token_id=[tokenizer.eos_token_id])
+    assert out == {"answer": full.text(tokenizer), "stats": None}
+
+
+def test_a_preset_is_a_method(pipe) -> None:
+    out = pipe(CONTEXT, questions=QUESTIONS[:1], method=preset("snapkv", 8, window=4), max_new_tokens=3)
+    assert len(out["answers"]) == 1 and out["stats"].kept_fraction < 0.5
+
+
+@pytest.mark.parametrize(
+    "kwargs,named",
+    [
+        ({"questions": QUESTIONS, "query_aware": True}, "query_aware"),
+        ({"question": "w1", "questions": QUESTIONS}, "not both"),
+        ({"questions": "w1 w2"}, "questions"),
+        ({"question": "w1", "method": 64}, "method"),
+        ({}, "question"),
+    ],
+)
+def test_bad_calls_are_refused(pipe, kwargs: dict, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        pipe(CONTEXT, **kwargs)
