@@ -54,23 +54,30 @@ def decode_steps(model: PreTrainedModel, cache: Any, first: torch.Tensor, steps:
 
 
 @torch.no_grad()
-def generate_from(model: PreTrainedModel, ids: torch.Tensor, cache: Any, new_tokens: int) -> torch.Tensor:
+def generate_tokens(model: PreTrainedModel, ids: torch.Tensor, cache: Any, new_tokens: int) -> torch.Tensor:
     """transformers' ``generate`` (greedy, exactly ``new_tokens`` tokens) for the prompt ``ids``
-    (1, n) whose first n - 1 tokens ``cache`` already holds; the cache is trimmed back after."""
-    length = cache.get_seq_length()
+    (1, n) continuing ``cache`` (which holds a prefix of it, or a compressed cache of it)."""
     eos = getattr(model.generation_config, "eos_token_id", None)
     pad = getattr(model.generation_config, "pad_token_id", None)
     if pad is None:
         pad = (eos[0] if isinstance(eos, list) else eos) if eos is not None else 0
+    return model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=False,
+        min_new_tokens=new_tokens,
+        max_new_tokens=new_tokens,
+        pad_token_id=pad,
+        **cache_kwargs(model, cache),
+    )
+
+
+@torch.no_grad()
+def generate_from(model: PreTrainedModel, ids: torch.Tensor, cache: Any, new_tokens: int) -> torch.Tensor:
+    """:func:`generate_tokens` for the prompt ``ids`` (1, n) whose first n - 1 tokens ``cache``
+    (transformers' own) already holds; the cache is trimmed back after."""
+    length = cache.get_seq_length()
     try:
-        return model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=False,
-            min_new_tokens=new_tokens,
-            max_new_tokens=new_tokens,
-            pad_token_id=pad,
-            **cache_kwargs(model, cache),
-        )
+        return generate_tokens(model, ids, cache, new_tokens)
     finally:
         trim(cache, length)

@@ -203,10 +203,18 @@ def render(results: dict[str, Any]) -> str:
         )
         for label, key in (
             ("transformers generate (full cache)", "generate"),
+            ("transformers generate (after LORE-KV)", "generate_compressed"),
             ("lorekv decode (full cache)", "lorekv_full"),
             ("lorekv decode (after LORE-KV)", "lorekv_compressed"),
         )
     ]
+    decode_rows.append(
+        row(
+            "generate after LORE-KV / on the full cache (time per token)",
+            lambda x: x["ratios"]["compressed_generate_over_generate"],
+            ratio,
+        )
+    )
     decode_rows.append(
         row("lorekv full / generate (time per token)", lambda x: x["ratios"]["lorekv_decode_over_generate"], ratio)
     )

@@ -5,8 +5,8 @@ compiled; first, so that a kernel's compilation shows in its own first call), tr
 prefill, lorekv's prefill, SnapKV and LORE-KV compression (with phases), peak memory above the
 loaded model, sampling and scoring for every M of the sweep (one prefill per n, the phases
 called directly), T batch-1 decode steps of transformers on the full cache, and decoding speed
-(transformers' ``generate``, lorekv on the full and on the compressed cache). Then the fitted
-growth exponents and the first-call overheads. The targets these figures are held to are
+(transformers' ``generate`` on the full and on the compressed cache, lorekv's conveniences on
+both). Then the fitted growth exponents and the first-call overheads. The targets these figures are held to are
 documentation (docs/performance.md), not code.
 
 Every timing is a warm-up call then ``repeats`` timed calls; the JSON keeps them all.
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorekv.cost.baselines import decode_steps, generate_from, prefilled_cache
+from lorekv.cost.baselines import decode_steps, generate_from, generate_tokens, prefilled_cache
 from lorekv.cost.config import BenchConfig, known_context
 from lorekv.cost.measure import Clock, PeakMemory, PerToken, Timed, fit_exponent, per_token, repeat, repeat_seconds
 from lorekv.cost.prompts import prompt_of_length
@@ -248,18 +248,26 @@ def _decoding(
     clock: Clock,
 ) -> tuple[Timed, dict[str, PerToken]]:
     """T batch-1 decode steps of transformers on the full cache; per-token decoding time of
-    transformers' ``generate`` and of lorekv on the full and the compressed cache. Every path
-    starts from a cache of the first n - 1 tokens and feeds the last one (which cancels in the
-    per-token difference)."""
+    transformers' ``generate`` on its own full cache (SDPA) and on a fork of the compressed
+    cache (the same call, ``cache=compressed.fork()``), and of lorekv's conveniences (``decode``
+    and ``continue_full``, which add the first logits and the stats) on the full and the
+    compressed cache. Every path starts from a cache of the first n - 1 tokens and feeds the
+    last one (which cancels in the per-token difference)."""
     n, k, r = ids.shape[1], config.decode_tokens, config.repeats
     last = ids[:, -1:]
     with using_sdpa(model):
         cache = prefilled_cache(model, ids[:, :-1])
         steps = repeat(lambda: decode_steps(model, cache, last, config.tokens), r, clock)
         generate = per_token(lambda t: generate_from(model, ids, cache, t), k, r, clock)
+    compressed_generate = per_token(lambda t: generate_tokens(model, ids, compressed.fork(), t), k, r, clock)
     full = per_token(lambda t: continue_full(model, rollout.head_cache, last, n - 1, t), k, r, clock)
     after = per_token(lambda t: decode(model, compressed, None, t), k, r, clock)
-    return steps, {"generate": generate, "lorekv_full": full, "lorekv_compressed": after}
+    return steps, {
+        "generate": generate,
+        "generate_compressed": compressed_generate,
+        "lorekv_full": full,
+        "lorekv_compressed": after,
+    }
 
 
 def _phases(compressed: Any) -> dict[str, float]:
@@ -286,6 +294,10 @@ def ratios(length: dict[str, Any], config: BenchConfig) -> dict[str, float | Non
         "sampling_over_decode_steps": _ratio(lore["phase_medians"].get("sampling"), length["decode_steps"]["median"]),
         "lorekv_decode_over_generate": _ratio(
             length["decode"]["lorekv_full"]["median_per_token"], length["decode"]["generate"]["median_per_token"]
+        ),
+        "compressed_generate_over_generate": _ratio(
+            length["decode"]["generate_compressed"]["median_per_token"],
+            length["decode"]["generate"]["median_per_token"],
         ),
         "compressed_decode_over_generate": _ratio(
             length["decode"]["lorekv_compressed"]["median_per_token"], length["decode"]["generate"]["median_per_token"]

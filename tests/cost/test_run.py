@@ -9,7 +9,7 @@ import pytest
 import torch
 from tiny_models import random_ids, tiny_llama, word_tokenizer
 
-from lorekv.cost.baselines import decode_steps, generate_from, prefilled_cache
+from lorekv.cost.baselines import decode_steps, generate_from, generate_tokens, prefilled_cache
 from lorekv.cost.prompts import prompt_of_length
 from lorekv.cost.run import build_scorer
 from lorekv.hf import ATTENTION_NAME, continue_full, forward, prepare, using_sdpa
@@ -52,7 +52,7 @@ def test_a_run_produces_every_section_at_the_exact_lengths(tiny_results) -> None
 
 def test_medians_and_ratios_follow_from_the_raw_runs(tiny_results) -> None:
     found = list(_timings(tiny_results))
-    assert len(found) == 2 * (2 + 2 + 2 * 2 + 3 + 1 + 3 * 2)  # prefills, compressions, sweep, scorers, steps, decodes
+    assert len(found) == 2 * (2 + 2 + 2 * 2 + 3 + 1 + 4 * 2)  # prefills, compressions, sweep, scorers, steps, decodes
     for path, timing in found:
         assert len(timing["runs"]) == 1 and timing["median"] == statistics.median(timing["runs"]), path
         assert timing["first"] > 0, path
@@ -67,7 +67,9 @@ def test_medians_and_ratios_follow_from_the_raw_runs(tiny_results) -> None:
         mass, ploo = length["scorers"]["attention_mass"]["eager"], length["scorers"]["projected_loo"]["eager"]
         assert ratios["projected_loo_over_attention_mass_eager"] == ploo["median"] / mass["median"]
         assert ratios["projected_loo_over_attention_mass_compiled"] is None
-        for name in ("generate", "lorekv_full", "lorekv_compressed"):
+        compressed, full = (length["decode"][k]["median_per_token"] for k in ("generate_compressed", "generate"))
+        assert ratios["compressed_generate_over_generate"] == (compressed / full if full > 0 else None)
+        for name in ("generate", "generate_compressed", "lorekv_full", "lorekv_compressed"):
             d = length["decode"][name]
             assert d["per_token"] == [(a - b) / 2 for a, b in zip(d["long"]["runs"], d["short"]["runs"], strict=True)]
             tps = d["tokens_per_second"]
@@ -127,6 +129,21 @@ def test_transformers_baselines_decode_what_lorekv_decodes_and_leave_the_cache_a
     ours = continue_full(model, head, ids[:, -1:], 19, 5)
     assert generated.shape == (1, 25) and torch.equal(generated[0, 20:], ours.token_ids)
     assert int(last) == int(ours.token_ids[-1]), "T steps choose the same tokens"
+
+
+def test_the_timed_generate_on_a_compressed_fork_decodes_what_decode_does() -> None:
+    """The bench times the same ``generate`` call on a fork of the compressed cache; it answers
+    as lorekv's ``decode`` does and leaves the compressed cache as it was."""
+    from lorekv.hf import decode
+    from lorekv.pipeline import Pipeline
+    from lorekv.presets import preset
+
+    model = tiny_llama()
+    ids = random_ids(40, seed=5)
+    compressed = Pipeline.from_config(preset("snapkv", 12, window=4)).compress(model, ids)
+    generated = generate_tokens(model, ids, compressed.fork(), 6)
+    assert compressed.next_position == 39, "a fork was extended, not the compressed cache"
+    assert torch.equal(generated[0, 40:], decode(model, compressed, None, 6).token_ids)
 
 
 def test_build_scorer_compiles_on_request() -> None:
