@@ -139,3 +139,5 @@ def test_text_pipeline_answers_two_questions_from_one_compression(smollm2) -> No
     stats = out["stats"]
     assert 500 <= stats.prompt_tokens == stats.candidate_tokens <= 800, "the context alone, query-agnostic"
     assert stats.kept == tuple((64, 64, 64) for _ in range(30))
+    alone = pipe(context, question=questions[1], method=preset("lore_kv", 64), max_new_tokens=12)
+    assert alone["answer"] == out["answers"][1], "one compression for both questions answers as one for each"
