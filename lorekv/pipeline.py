@@ -39,6 +39,7 @@ from lorekv.hf import (
     ModelRollout,
     PhaseTimer,
     check_context,
+    check_generate_options,
     check_supported,
     check_token_ids,
     decode,
@@ -339,6 +340,7 @@ class Pipeline:
         ``do_sample=True``, ``temperature``, a ``streamer``, ...) say otherwise.
         """
         check_int_at_least("max_new_tokens", max_new_tokens, 1)
+        check_generate_options(model, generate_kwargs)
         extra = max_new_tokens + (0 if question_ids is None else question_ids.shape[-1])
         compressed = self.compress(
             model, input_ids, query_aware=question_ids is None, tokenizer=tokenizer, answer_tokens=extra

@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM
 from transformers import Pipeline as TransformersPipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
-from lorekv.hf import CompressedCache, decode, generate_full
+from lorekv.hf import CompressedCache, check_generate_options, decode, generate_full
 from lorekv.models import SPLIT, chat_text, encode, encode_split, end_of_turn_ids
 from lorekv.pipeline import Pipeline, PipelineConfig
 
@@ -61,20 +61,16 @@ class TextGenerationPipeline(TransformersPipeline):
     with the full cache).
     """
 
-    def _sanitize_parameters(
-        self,
-        question: str | None = None,
-        questions: list[str] | None = None,
-        method: Any = None,
-        query_aware: bool = False,
-        answer_prefix: str = "",
-        chat: bool | None = None,
-        max_new_tokens: int = 32,
-        **generate_kwargs: Any,
-    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    PREPROCESS = ("query_aware", "answer_prefix", "chat")
+    FORWARD = ("method", "query_aware", "max_new_tokens")
+
+    def _sanitize_parameters(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """Split a call's (or the constructor's) keywords; only those given are returned, so that
+        transformers merges them over the constructor's (``pipeline(..., method=...)`` holds)."""
         preprocess: dict[str, Any] = {}
         forward: dict[str, Any] = {}
         postprocess: dict[str, Any] = {}
+        question, questions = kwargs.pop("question", None), kwargs.pop("questions", None)
         if question is not None or questions is not None:
             if question is not None and questions is not None:
                 raise ValueError("give question or questions, not both")
@@ -82,19 +78,16 @@ class TextGenerationPipeline(TransformersPipeline):
                 isinstance(questions, str) or not questions or not all(isinstance(q, str) for q in questions)
             ):
                 raise ValueError(f"questions must be a non-empty list of strings, got {questions!r}")
-            asked = [question] if question is not None else list(questions)
-            if query_aware and len(asked) != 1:
-                raise ValueError(
-                    f"query_aware=True compresses the context with its question: give one question, got {len(asked)}"
-                )
-            preprocess["questions"] = asked
+            preprocess["questions"] = [question] if question is not None else list(questions)
             postprocess["single"] = question is not None
-        if not isinstance(query_aware, bool):
-            raise ValueError(f"query_aware must be True or False, got {query_aware!r}")
-        preprocess.update(query_aware=query_aware, answer_prefix=answer_prefix, chat=chat)
-        forward.update(
-            method=method, query_aware=query_aware, max_new_tokens=max_new_tokens, generate_kwargs=generate_kwargs
-        )
+        if "query_aware" in kwargs and not isinstance(kwargs["query_aware"], bool):
+            raise ValueError(f"query_aware must be True or False, got {kwargs['query_aware']!r}")
+        preprocess.update({key: kwargs[key] for key in self.PREPROCESS if key in kwargs})
+        forward.update({key: kwargs[key] for key in self.FORWARD if key in kwargs})
+        generate = {key: value for key, value in kwargs.items() if key not in (*self.PREPROCESS, *self.FORWARD)}
+        if generate:
+            check_generate_options(self.model, {k: v for k, v in generate.items() if k != "eos_token_id"})
+        forward.update(generate)
         return preprocess, forward, postprocess
 
     def preprocess(
@@ -110,6 +103,10 @@ class TextGenerationPipeline(TransformersPipeline):
             raise ValueError(f"context must be a string, got {type(context).__name__}")
         if questions is None:
             raise ValueError("give question='...' or questions=[...]")
+        if query_aware and len(questions) != 1:
+            raise ValueError(
+                f"query_aware=True compresses the context with its question: give one question, got {len(questions)}"
+            )
         tokenizer = self.tokenizer
         chat = bool(getattr(tokenizer, "chat_template", None)) if chat is None else chat
         texts = [
@@ -135,9 +132,8 @@ class TextGenerationPipeline(TransformersPipeline):
         method: Any = None,
         query_aware: bool = False,
         max_new_tokens: int = 32,
-        generate_kwargs: dict[str, Any] | None = None,
+        **options: Any,
     ) -> dict[str, Any]:
-        options = dict(generate_kwargs or {})
         eos = options.pop("eos_token_id") if "eos_token_id" in options else end_of_turn_ids(self.tokenizer)
         model = self.model
         pipeline = as_pipeline(method)

@@ -97,3 +97,24 @@ def test_a_preset_is_a_method(pipe) -> None:
 def test_bad_calls_are_refused(pipe, kwargs: dict, named: str) -> None:
     with pytest.raises(ValueError, match=named):
         pipe(CONTEXT, **kwargs)
+
+
+def test_constructor_keywords_hold_unless_a_call_overrides_them(pipe) -> None:
+    """``transformers.pipeline(..., method=...)`` sets the method for every call."""
+    made = transformers.pipeline(
+        TASK, model=pipe.model, tokenizer=pipe.tokenizer, device="cpu", method=METHOD, max_new_tokens=3
+    )
+    out = made(CONTEXT, question=QUESTIONS[0])
+    assert sum(map(sum, out["stats"].kept)) == 2 * 2 * 6, "the constructor's per-head budget 6"
+    assert made(CONTEXT, question=QUESTIONS[0], method=None)["stats"] is None, "a call overrides it"
+
+
+def test_generate_options_are_refused_before_the_compression(pipe) -> None:
+    calls: list[int] = []
+    handle = pipe.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match="num_beams=2"):
+            pipe(CONTEXT, question=QUESTIONS[0], method=METHOD, num_beams=2)
+    finally:
+        handle.remove()
+    assert calls == []

@@ -52,7 +52,7 @@ DEFAULT_PYTHON = ROOT / ".venv" / "bin" / "python"
 # What a copy holds. Required entries must exist; optional ones are copied when present (tests
 # may read the docs or the README, e.g. executed tutorials).
 COPY_REQUIRED = ("lorekv", "tests", "pyproject.toml", "evaluations")
-COPY_OPTIONAL = ("docs", "README.md", "mkdocs.yml")
+COPY_OPTIONAL = ("docs", "README.md", "CONTRIBUTING.md", "mkdocs.yml", "tools")
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
 
 GUARD_MODULE = "_mutants_guard"

@@ -183,7 +183,15 @@ def run_unit(
         if cell.method.is_full:
             feed = prompt.ids[:, prompt.candidates :] if prompt.question is None else prompt.question
             cache = rollout.head_cache if prompt.query_aware else rollout.cache
-            generation = continue_full(model, cache, feed, prompt.candidates, sample.max_new_tokens, eos_token_id=eos)
+            generation = continue_full(
+                model,
+                cache,
+                feed,
+                prompt.candidates,
+                sample.max_new_tokens,
+                eos_token_id=eos,
+                prompt_ids=prompt.ids[:, : prompt.candidates],  # options that read the prompt see the real one
+            )
             zero = {"sampling": 0.0, "scoring": 0.0, "selection": 0.0}
             row(cell, None, generation, {**timer.seconds, **zero}, None)  # it keeps everything: no map
 

@@ -21,7 +21,7 @@ Only this package and :mod:`lorekv.models` import transformers.
 from lorekv.hf.attention import ATTENTION_NAME, QueryCapture, cache_argument, forward, prepare, register, using_sdpa
 from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer, gather
 from lorekv.hf.compressed import CompressedCache, CompressionStats
-from lorekv.hf.decoding import Generation, continue_full, decode, generate_full
+from lorekv.hf.decoding import Generation, check_generate_options, continue_full, decode, generate_full
 from lorekv.hf.inputs import check_context, check_token_ids
 from lorekv.hf.introspection import check_supported, evictable_layers, layer_types, max_positions
 from lorekv.hf.rollout import ModelRollout
@@ -40,6 +40,7 @@ __all__ = [
     "QueryCapture",
     "cache_argument",
     "check_context",
+    "check_generate_options",
     "check_supported",
     "check_token_ids",
     "continue_full",

@@ -26,10 +26,8 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 
 from lorekv.compiling import compiled
 from lorekv.hf.cache import PADDING, PositionedCache
-from lorekv.hf.context import ForwardPass, active_pass, running
+from lorekv.hf.context import ATTENTION_NAME, ForwardPass, active_pass, running
 from lorekv.hf.generation import install
-
-ATTENTION_NAME = "lorekv"
 
 
 @dataclass

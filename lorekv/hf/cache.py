@@ -30,7 +30,8 @@ class PositionedLayer(DynamicLayer):
     such layers are never evicted.
 
     Appending concatenates, which copies the whole layer; :meth:`reserve` preallocates room
-    so that a known number of appends (the futures' tokens, an answer) write in place.
+    so that appends (the futures' tokens, an answer) write in place, and once reserved room runs
+    out it doubles, so an answer longer than the room reserved costs amortised O(1) per token.
 
     A layer with a ``prefix`` is one of B branches continuing a shared batch-1 layer: its own
     entries (B, G, S, d) are the branch's tokens only, and attention reads the prefix once for
@@ -76,6 +77,8 @@ class PositionedLayer(DynamicLayer):
         """Add new tokens at ``positions`` (q,); return keys, values, positions the new queries may see."""
         b, g, q, _ = keys.shape
         new_pos = positions.to(keys.device).view(1, 1, q).expand(b, g, q)
+        if self._buffers is not None and self._buffers[0].shape[0] == b and not self._fits(b, q):
+            self.reserve(b, max(q, self.keys.shape[2]))  # reserved room ran out: double it
         if self._buffers is not None and self._fits(b, q):
             k_buf, v_buf, p_buf = self._buffers
             start, end = self.keys.shape[2], self.keys.shape[2] + q

@@ -151,6 +151,13 @@ class CompressedCache(PositionedCache):
         """Tokens fed since compression (0 for a fresh cache or a fresh fork)."""
         return self.next_position - self.start
 
+    def stored_past_next(self) -> bool:
+        """Whether some layer holds an entry at ``next_position`` or later: tokens were fed
+        around the position bookkeeping (``lorekv.hf.forward`` on this cache, a failed call),
+        so continuing would feed those positions twice. One host read."""
+        last = [layer.positions.amax() for layer in self.layers if layer.is_initialized and layer.positions.numel()]
+        return bool(last) and int(torch.stack(last).max()) >= self.next_position
+
     def get_seq_length(self, layer_idx: int = 0) -> int:  # type: ignore[override]
         """The positions covered, ``next_position`` (what transformers derives positions from)."""
         return self.next_position
@@ -181,4 +188,5 @@ class CompressedCache(PositionedCache):
         feed) on the fork leaves this one intact, so one compression answers several questions."""
         out = CompressedCache(self.copy(), self.prompt_ids, self.start, self.selection, self.stats)
         out.next_position = self.next_position
+        out.damaged = self.damaged
         return out

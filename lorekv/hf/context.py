@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from lorekv.hf.attention import QueryCapture
     from lorekv.hf.cache import PositionedCache
 
+ATTENTION_NAME = "lorekv"
+"""The name lorekv's attention function is registered under (``model.set_attn_implementation``)."""
+
 
 @dataclass
 class ForwardPass:

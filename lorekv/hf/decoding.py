@@ -12,15 +12,22 @@ answer's tokens and first logits, the compression stats and the wall-clock time.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from lorekv.hf.attention import prepare
 from lorekv.hf.cache import PositionedCache
 from lorekv.hf.compressed import CompressedCache, CompressionStats
+from lorekv.hf.generation import check_options
 from lorekv.hf.inputs import check_context, check_token_ids
 from lorekv.hf.timing import now
 from lorekv.token_rules import TokenRule
@@ -60,6 +67,25 @@ class RuleProcessor(LogitsProcessor):
         chosen = self.rule(scores)
         out = torch.full_like(scores, -torch.inf)
         return out.scatter(1, chosen.view(-1, 1), 0.0)
+
+
+DECODING_SETS = frozenset(
+    {"input_ids", "inputs", "attention_mask", "max_new_tokens", "return_dict_in_generate", "output_logits", "cache"}
+)
+"""``generate`` arguments lorekv's decoding sets itself (``max_new_tokens`` is its own argument)."""
+
+
+def check_generate_options(model: PreTrainedModel, options: Mapping[str, Any]) -> None:
+    """Refuse, before any model work and naming them, ``generate`` options that lorekv's decoding
+    sets itself (:data:`DECODING_SETS`, and ``past_key_values``) or that a compressed cache cannot
+    continue (beam search, assisted decoding, ...: :func:`lorekv.hf.generation.check_options`)."""
+    clash = sorted((set(options) & DECODING_SETS) | ({"past_key_values"} & set(options)))
+    if clash:
+        raise ValueError(
+            f"{', '.join(clash)}: set by lorekv's decoding itself (max_new_tokens is its own argument); "
+            "call model.generate with a compressed cache to set them"
+        )
+    check_options(model, (), dict(options))
 
 
 @torch.no_grad()
@@ -106,17 +132,25 @@ def _generate(
     start: float,
     options: dict[str, Any],
 ) -> Generation:
-    """``model.generate(input_ids, cache=cache, ...)`` (1, m) -> the new tokens and first logits."""
+    """``model.generate(input_ids, cache=cache, ...)`` (1, m) -> the new tokens and first logits.
+
+    As any ``generate`` call, decoding follows the model's ``generation_config`` (a repetition
+    penalty it sets applies to every method alike), except that it is greedy unless ``do_sample``
+    or a ``generation_config`` says otherwise, and stops at ``eos_token_id`` only.
+    """
+    check_generate_options(model, options)
+    options = dict(options)
+    if "do_sample" not in options and "generation_config" not in options:
+        options["do_sample"] = False
     processors = LogitsProcessorList(options.pop("logits_processor", None) or [])
     if rule is not None:
         processors.append(RuleProcessor(rule))
-    settings: dict[str, Any] = {"do_sample": False, **options}
     if eos_token_id is None or eos_token_id == []:  # empty, not None: the model's generation config adds none
-        settings.update(eos_token_id=[], pad_token_id=settings.get("pad_token_id", 0))
+        options.update(eos_token_id=[], pad_token_id=options.get("pad_token_id", 0))
     else:
-        settings["eos_token_id"] = eos_token_id
+        options["eos_token_id"] = eos_token_id
     if cache is not None:
-        settings["cache"] = cache
+        options["cache"] = cache
     out = model.generate(
         input_ids,
         attention_mask=torch.ones_like(input_ids),  # else a prompt token equal to the pad id reads as padding
@@ -124,7 +158,7 @@ def _generate(
         logits_processor=processors,
         return_dict_in_generate=True,
         output_logits=True,
-        **settings,
+        **options,
     )
     tokens = out.sequences[0, input_ids.shape[1] :]
     return Generation(tokens.cpu(), out.logits[0][0], stats, time.perf_counter() - start)

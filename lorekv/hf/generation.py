@@ -20,8 +20,8 @@ calls, so ``Pipeline.compress`` has done it before the user holds a compressed c
 
 from __future__ import annotations
 
+import functools
 import inspect
-import types
 from typing import Any
 
 import torch
@@ -29,7 +29,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.generation.configuration_utils import GenerationMode
 
 from lorekv.hf.compressed import CompressedCache
-from lorekv.hf.context import ForwardPass, active_pass, enter, leave
+from lorekv.hf.context import ATTENTION_NAME, ForwardPass, active_pass, enter, leave
 from lorekv.hf.inputs import check_context
 from lorekv.hf.introspection import layer_windows
 
@@ -37,6 +37,11 @@ SUPPORTED_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
 """``generate``'s decoding modes that continue a compressed cache: greedy search and sampling."""
 
 _INSTALLED = "_lorekv_generate_installed"
+
+RESERVED_TOKENS = 256
+"""Room reserved up front in each full-attention layer for the tokens a ``generate`` call may
+append; past it the room doubles as needed (:meth:`PositionedLayer.append`), so a large
+``max_new_tokens`` that stops early at eos allocates no more than it used."""
 
 
 def install(model: PreTrainedModel) -> None:
@@ -47,7 +52,7 @@ def install(model: PreTrainedModel) -> None:
     model.register_forward_pre_hook(_open_pass, with_kwargs=True)
     model.register_forward_hook(_close_pass, with_kwargs=True, always_call=True)
     if isinstance(model, GenerationMixin):
-        model.generate = types.MethodType(checked_generate, model)
+        model.generate = functools.partial(checked_generate, model)  # a partial pickles, a bound method does not
     setattr(model, _INSTALLED, True)
 
 
@@ -65,6 +70,12 @@ def _open_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> 
         return None  # lorekv.hf.attention.forward already publishes explicit positions
     if cache.damaged:
         raise ValueError("the compressed cache was left incomplete by a failed model call; use a fork taken before it")
+    attention = getattr(module.config, "_attn_implementation", None) if isinstance(module, PreTrainedModel) else None
+    if attention is not None and attention != ATTENTION_NAME:
+        raise ValueError(
+            f"the model's attention implementation is {attention!r}; a compressed cache needs lorekv's, which "
+            "masks evicted and padded slots by position: call lorekv.hf.prepare(model) first"
+        )
     tokens = kwargs.get("input_ids", args[0] if args else None)
     if tokens is None:
         tokens = kwargs.get("inputs_embeds")
@@ -110,21 +121,19 @@ def checked_generate(self: PreTrainedModel, *args: Any, **kwargs: Any) -> Any:
     cache = _cache_of(kwargs)
     if isinstance(cache, CompressedCache):
         extra = check_generate(self, cache, args, kwargs)
-        cache.reserve(1, extra)
+        cache.reserve(1, min(extra, RESERVED_TOKENS))
     return type(self).generate(self, *args, **kwargs)
 
 
-def check_generate(model: PreTrainedModel, cache: CompressedCache, args: tuple, kwargs: dict[str, Any]) -> int:
-    """Refuse, naming the option, a ``generate`` call that cannot continue ``cache``; return how
-    many tokens the call appends at most (fed suffix plus new tokens).
+def check_options(model: PreTrainedModel, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, dict, dict]:
+    """Refuse, naming the option, the ``generate`` options a batch-1 compressed cache cannot
+    continue (beam search, assisted decoding, other modes than greedy and sampling, several
+    sequences, ``cache_implementation``, ``use_cache=False``, ``inputs_embeds``); needs no cache,
+    so callers that compress first (``Pipeline.generate``, the text pipeline) refuse before any
+    model work. Returns the merged generation config, the bound arguments and the options.
 
-    Raises:
-        ValueError: beam search, assisted decoding or another mode than greedy/sampling;
-            ``num_return_sequences`` > 1; ``cache_implementation``; ``use_cache=False``;
-            ``inputs_embeds``; ``input_ids`` not (1, m) or not starting with the compressed prompt,
-            or adding nothing to what the cache holds; an ``attention_mask`` with padding; a cache
-            already extended by an earlier call (fork it instead); a cache with other layers than
-            the model.
+    Reads transformers' private ``_prepare_generation_config`` (the merge ``generate`` itself
+    makes of the model's config and the call's options); transformers is pinned below 6.
     """
     bound = inspect.signature(GenerationMixin.generate).bind(model, *args, **kwargs).arguments
     options = dict(bound.get("kwargs", {}))
@@ -157,8 +166,30 @@ def check_generate(model: PreTrainedModel, cache: CompressedCache, args: tuple, 
         raise ValueError(
             f"a compressed cache continues greedy search and sampling (num_beams=1) only; refused: {', '.join(refused)}"
         )
+    return config, bound, options
+
+
+def check_generate(model: PreTrainedModel, cache: CompressedCache, args: tuple, kwargs: dict[str, Any]) -> int:
+    """Refuse, naming the option, a ``generate`` call that cannot continue ``cache``; return how
+    many tokens the call appends at most (fed suffix plus new tokens).
+
+    Raises:
+        ValueError: beam search, assisted decoding or another mode than greedy/sampling;
+            ``num_return_sequences`` > 1; ``cache_implementation``; ``use_cache=False``;
+            ``inputs_embeds``; ``input_ids`` not (1, m) or not starting with the compressed prompt,
+            or adding nothing to what the cache holds; an ``attention_mask`` with padding; a cache
+            already extended by an earlier call (fork it instead); a cache with other layers than
+            the model.
+    """
+    config, bound, options = check_options(model, args, kwargs)
     if len(cache.layers) != len(layer_windows(model.config)):
         raise ValueError(f"the compressed cache has {len(cache.layers)} layers; this model is not the one compressed")
+    if cache.damaged or cache.stored_past_next():
+        raise ValueError(
+            f"past_key_values holds entries at or past its next position {cache.next_position}: it was fed "
+            "outside generate (lorekv.hf.forward) or by a failed call; continue from a fork taken before: "
+            "compressed.fork()"
+        )
     if cache.extended:
         raise ValueError(
             f"past_key_values was already extended by {cache.extended} tokens (an earlier generate call); "

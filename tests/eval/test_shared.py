@@ -126,3 +126,17 @@ def test_shared_work_answers_exactly_as_independent_generate_calls(make_model, m
         assert row["compression_seconds"] == pytest.approx(
             sum(row["seconds"][k] for k in ("prefill", "sampling", "scoring", "selection"))
         )
+
+
+@pytest.mark.parametrize("mode", ["query_aware", "query_agnostic"])
+def test_the_full_cache_row_decodes_under_the_models_generation_config_as_generate_full(mode) -> None:
+    """A generation config that reads the prompt (a repetition penalty) sees the real prompt in the
+    full-cache row too, as in every compressed row: the baseline is decoded like the methods."""
+    model, tokenizer = tiny_llama(), word_tokenizer()
+    model.generation_config.repetition_penalty = 1.5
+    sample = FakeSample(random_ids(48, seed=1), split=40, max_new_tokens=8)
+    rows: list[dict] = []
+    unit = Unit("tiny", mode, 48, parse_task("niah_single"), 0)
+    run_unit(model, tokenizer, unit, sample, [Cell(METHODS[0], Budget())], rows.append)
+    expected = generate_full(model, sample.ids, sample.max_new_tokens, eos_token_id=end_of_turn_ids(tokenizer))
+    assert rows[0]["prediction"] == expected.text(tokenizer)

@@ -401,3 +401,110 @@ def test_cache_operations_that_ignore_positions_are_refused(ragged) -> None:
     for call in (lambda: state.batch_repeat_interleave(2), lambda: state.batch_select_indices(torch.tensor([0]))):
         with pytest.raises(NotImplementedError, match="batch 1"):
             call()
+
+
+# ---------------------------------------------------------------------------------------------
+# Review findings: a cache fed around the bookkeeping, other attention, options, memory, pickling
+
+
+def test_a_cache_fed_outside_generate_or_left_damaged_is_refused_with_its_forks(ragged) -> None:
+    """lorekv's own ``forward`` on a fork, or a failed call, stores entries the position bookkeeping
+    does not know; a fork of such a cache inherits the refusal instead of feeding positions twice."""
+    model, compressed, ids = ragged
+    fed = compressed.fork()
+    forward(model, ids[:, -1:], fed, torch.arange(compressed.start, compressed.start + 1))
+    assert fed.extended == 0 and fed.stored_past_next()
+    damaged = compressed.fork()
+    damaged.damaged = True
+    for state in (fed, fed.fork(), damaged, damaged.fork()):
+        calls, handle = counted(model)
+        try:
+            with pytest.raises(ValueError, match=r"at or past its next position .*fork\(\)"):
+                model.generate(ids, past_key_values=state, max_new_tokens=2)
+        finally:
+            handle.remove()
+        assert calls == []
+    assert not compressed.stored_past_next(), "the compressed cache itself was never fed"
+
+
+def test_generate_with_another_attention_implementation_is_refused(ragged) -> None:
+    """transformers' own attention masks by slot, not position: padded ragged slots would show."""
+    model, compressed, ids = ragged
+    model.set_attn_implementation("sdpa")
+    try:
+        with pytest.raises(ValueError, match=r"attention implementation is 'sdpa'.*prepare"):
+            model.generate(ids, past_key_values=compressed.fork(), max_new_tokens=2)
+    finally:
+        model.set_attn_implementation("lorekv")
+
+
+def test_options_lorekv_sets_are_refused_and_a_generation_config_is_followed(ragged) -> None:
+    from transformers import GenerationConfig
+
+    model, compressed, _ = ragged
+    for option in ("return_dict_in_generate", "attention_mask", "past_key_values"):
+        with pytest.raises(ValueError, match=f"{option}: set by lorekv's decoding"):
+            decode(model, compressed, None, 3, **{option: True})
+    sampled = GenerationConfig(do_sample=True, temperature=1.5, top_k=0)
+    runs = []
+    for seed in (0, 1, 2):
+        torch.manual_seed(seed)
+        runs.append(decode(model, compressed, None, 6, generation_config=sampled).token_ids.tolist())
+    greedy = decode(model, compressed, None, 6).token_ids.tolist()
+    assert any(run != greedy for run in runs) and len({tuple(r) for r in runs}) > 1, "sampling as configured"
+
+
+def test_generate_options_are_refused_before_the_compression(ragged) -> None:
+    model, _, ids = ragged
+    pipeline = Pipeline(FUTURES, "projected_loo", "mean", POLICIES["uniform"])
+    calls, handle = counted(model)
+    try:
+        with pytest.raises(ValueError, match="num_beams=2"):
+            pipeline.generate(model, ids, 4, num_beams=2)
+        with pytest.raises(ValueError, match="output_logits"):
+            pipeline.generate(model, ids, 4, output_logits=True)
+    finally:
+        handle.remove()
+    assert calls == [], "refused before the prefill"
+
+
+def test_room_reserved_for_an_answer_is_bounded_and_grows_when_needed() -> None:
+    """A large max_new_tokens that stops early allocates about what it used; an answer longer
+    than the first reservation (which then doubles) decodes exactly as with all room reserved."""
+    from lorekv.hf import generation
+
+    model = tiny_llama(31, layers=2)
+    compressed, ids = compressed_and_ids(model, POLICIES["uniform"], query_aware=True)
+    before = compressed.allocated_bytes()
+    state = compressed.fork()
+    model.generate(ids, past_key_values=state, max_new_tokens=400, eos_token_id=[], pad_token_id=0,
+                   stopping_criteria=StoppingCriteriaList([StopAfterSteps(2)]))  # fmt: skip
+    per_slot_all_layers = before // compressed.layers[0].keys.shape[2]
+    assert state.allocated_bytes() <= before + (generation.RESERVED_TOKENS + 1) * per_slot_all_layers
+    long = generate(model, ids, compressed.fork(), max_new_tokens=300, do_sample=False, eos_token_id=[], pad_token_id=0)
+    old = generation.RESERVED_TOKENS
+    generation.RESERVED_TOKENS = 10_000
+    try:
+        roomy = generate(model, ids, compressed.fork(), max_new_tokens=300, do_sample=False, eos_token_id=[],
+                         pad_token_id=0)  # fmt: skip
+    finally:
+        generation.RESERVED_TOKENS = old
+    assert_same_as_reference(long, roomy)
+
+
+class StopAfterSteps(StoppingCriteria):
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        self.steps -= 1
+        return torch.full((input_ids.shape[0],), self.steps <= 0, dtype=torch.bool)
+
+
+def test_a_prepared_model_pickles_and_still_checks_generate(ragged) -> None:
+    import pickle
+
+    model, compressed, ids = ragged
+    again = pickle.loads(pickle.dumps(model))
+    with pytest.raises(ValueError, match="num_beams=2"):
+        again.generate(ids, past_key_values=compressed.fork(), max_new_tokens=2, num_beams=2)
