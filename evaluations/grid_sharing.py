@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from lorekv.eval.grid import Budget, MethodSpec, Unit
 from lorekv.eval.shared import Cell, run_unit
 from lorekv.eval.tasks import make_sample, parse_task
 from lorekv.models.tokens import end_of_turn_ids
+from lorekv.runfiles import machine
 
 METHODS = [
     "lore_kv",
@@ -89,7 +89,7 @@ def main() -> None:
         "prompt_tokens": int(ids.shape[1]),
         "repeats": args.repeats,
         "threads": torch.get_num_threads(),
-        "machine": platform.processor() or platform.machine(),
+        "machine": machine(),
         "shared_seconds": times["shared"],
         "independent_seconds": times["independent"],
         "median_shared": shared_s,

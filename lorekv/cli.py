@@ -99,6 +99,7 @@ def demo(
         "niah_single"
     ),
     seed: int = 0,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Answer length (default: the task's).")] = None,
 ) -> None:
     """Answer one long-context question with the full cache, LORE-KV and the prompt-window control."""
     import time
@@ -111,6 +112,8 @@ def demo(
 
     config = parse_task(task)
     check_length(length, config)
+    if max_new_tokens is not None:
+        _check_generation(max_new_tokens)
     methods = {
         "full cache": None,
         "LORE-KV": Pipeline.from_config(preset("lore_kv", budget)),
@@ -119,7 +122,11 @@ def demo(
     net, tokenizer = _load(model)
     sample = make_sample(config, tokenizer, length, seed=seed)
     ids = sample.prompt_ids(tokenizer)
-    check_context(net, ids.shape[1], sample.max_new_tokens, "answer")
+    answer_tokens = sample.max_new_tokens if max_new_tokens is None else max_new_tokens
+    check_context(net, ids.shape[1], answer_tokens, "answer")
+    for pipeline in methods.values():  # every method's checks before any model work
+        if pipeline is not None:
+            pipeline.check_input(net, ids, query_aware=True, extra=answer_tokens, tokenizer=tokenizer)
     eos = end_of_turn_ids(tokenizer)
     typer.echo(f"Task {sample.task}: {ids.shape[1]} prompt tokens; expected answer {', '.join(sample.answers)}.")
     typer.echo(f"Budget: {budget} tokens per KV head.\n")
@@ -127,9 +134,9 @@ def demo(
         typer.echo(f"[{name}] running ...")
         start = time.perf_counter()
         if pipeline is None:
-            result = generate_full(net, ids, sample.max_new_tokens, eos_token_id=eos)
+            result = generate_full(net, ids, answer_tokens, eos_token_id=eos)
         else:
-            result = pipeline.generate(net, ids, sample.max_new_tokens, eos_token_id=eos, tokenizer=tokenizer)
+            result = pipeline.generate(net, ids, answer_tokens, eos_token_id=eos, tokenizer=tokenizer)
         seconds = time.perf_counter() - start
         answer = result.text(tokenizer).strip()
         score = sample.score(answer)

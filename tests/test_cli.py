@@ -31,6 +31,7 @@ def run(*args: str):
         (["demo", "--task", "nope"], "nope"),
         (["demo", "--budget", "0"], "budget"),
         (["demo", "--budget", "16"], "budget must be > window"),
+        (["demo", "--max-new-tokens", "0"], "max_new_tokens must be an integer >= 1"),
         (
             ["generate", "--preset", "lore_kv", "--budget", "8", "--prompt-file", "p", "--set", "policy.budget=yes"],
             "policy.budget",

@@ -1,5 +1,6 @@
 """The architecture as imports: contracts and the four families never touch transformers or the
-binding; only ``lorekv.hf`` and ``lorekv.models`` import transformers; arrows point down."""
+binding; only ``lorekv.hf``, ``lorekv.models`` and ``lorekv.text_generation`` (a transformers pipeline
+class) import transformers; arrows point down; no import cycle."""
 
 from __future__ import annotations
 
