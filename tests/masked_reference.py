@@ -22,18 +22,25 @@ KEEP: dict[int, torch.Tensor] = {}
 """Layer index -> (G, c) bool: which of the first c cache entries the layer keeps."""
 
 
-def masked_eager(module, query, key, value, attention_mask, **kwargs):
-    """The model's eager attention over a contiguous cache: causal (and sliding) with KEEP applied."""
-    _, heads, q, _ = query.shape
-    kv_heads, k = key.shape[1], key.shape[2]
-    visible = torch.ones(kv_heads, q, k, dtype=torch.bool).tril(k - q)
+def visible(module, query: torch.Tensor, key: torch.Tensor, **kwargs) -> torch.Tensor:
+    """(G, q, k) bool: which of a contiguous cache's keys each query sees: causal (and sliding),
+    with the entries KEEP drops hidden."""
+    q, kv_heads, k = query.shape[2], key.shape[1], key.shape[2]
+    seen = torch.ones(kv_heads, q, k, dtype=torch.bool).tril(k - q)
     window = kwargs.get("sliding_window")
     if window is not None:
-        visible &= ~torch.ones(q, k, dtype=torch.bool).tril(k - q - window)
+        seen &= ~torch.ones(q, k, dtype=torch.bool).tril(k - q - window)
     keep = KEEP.get(module.layer_idx)
     if keep is not None:
-        visible[:, :, : keep.shape[1]] &= keep.unsqueeze(1)
-    bias = torch.zeros(visible.shape, dtype=query.dtype).masked_fill(~visible, -torch.inf)
+        seen[:, :, : keep.shape[1]] &= keep.unsqueeze(1)
+    return seen
+
+
+def masked_eager(module, query, key, value, attention_mask, **kwargs):
+    """The model's eager attention over a contiguous cache with :func:`visible` applied."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    bias = torch.zeros(kv_heads, query.shape[2], key.shape[2], dtype=query.dtype)
+    bias = bias.masked_fill(~visible(module, query, key, **kwargs), -torch.inf)
     bias = bias.repeat_interleave(heads // kv_heads, dim=0).unsqueeze(0)
     eager = sys.modules[type(module).__module__].eager_attention_forward
     return eager(module, query, key, value, bias, **kwargs)
@@ -45,13 +52,15 @@ def keep_masks(compressed) -> dict[int, torch.Tensor]:
     return {layer: mask[row] for row, layer in enumerate(compressed.selection.layer_indices)}
 
 
-def reference_logits(model, prompt: torch.Tensor, keep: dict[int, torch.Tensor], fed: list[torch.Tensor]) -> list:
+def reference_logits(
+    model, prompt: torch.Tensor, keep: dict[int, torch.Tensor], fed: list[torch.Tensor], attention=masked_eager
+) -> list:
     """Prefill ``prompt`` (1, c) unmasked, then feed each (1, q) chunk of ``fed`` with ``keep`` applied;
-    the float32 logits after each chunk."""
+    the float32 logits after each chunk. ``attention``: the masked attention function (the eager one)."""
     cache = DynamicCache(config=model.config)
     out = []
     try:
-        with attention_function(model, REFERENCE, masked_eager):
+        with attention_function(model, REFERENCE, attention, mask="eager" if attention is masked_eager else "sdpa"):
             KEEP.clear()
             model(prompt, cache=cache, use_cache=True)
             KEEP.update(keep)

@@ -10,56 +10,32 @@ one-token decode steps.
 
 from __future__ import annotations
 
+import masked_reference as masked
 import pytest
 import torch
 import torch.nn.functional as F
-from recording import attention_function
+from masked_reference import keep_masks, visible
 from tiny_models import random_ids, tiny_gemma3, tiny_llama
-from transformers import DynamicCache
 
 from lorekv import Pipeline, decode
 
-REFERENCE = "lorekv_test_masked"
-KEEP: dict[int, torch.Tensor] = {}
-"""Layer index -> (G, c) bool: which of the first c cache entries the layer keeps."""
 
-
-def masked_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Causal attention over a contiguous cache, with the evicted entries of KEEP hidden."""
-    _, heads, q, _ = query.shape
-    kv_heads, k = key.shape[1], key.shape[2]
-    visible = torch.ones(kv_heads, q, k, dtype=torch.bool).tril(k - q)
-    window = kwargs.get("sliding_window")
-    if window is not None:
-        visible &= ~torch.ones(q, k, dtype=torch.bool).tril(k - q - window)
-    keep = KEEP.get(module.layer_idx)
-    if keep is not None:
-        visible[:, :, : keep.shape[1]] &= keep.unsqueeze(1)
-    group = heads // kv_heads
+def masked_sdpa(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """SDPA over a contiguous cache with the evicted entries hidden (float64 throughout, unlike
+    the eager reference's float32 rounding, so logits compare to 1e-9)."""
+    group = query.shape[1] // key.shape[1]
     out = F.scaled_dot_product_attention(
         query,
         key.repeat_interleave(group, dim=1),
         value.repeat_interleave(group, dim=1),
-        attn_mask=visible.repeat_interleave(group, dim=0).unsqueeze(0),
+        attn_mask=visible(module, query, key, **kwargs).repeat_interleave(group, dim=0).unsqueeze(0),
         scale=scaling,
     )
     return out.transpose(1, 2).contiguous(), None
 
 
 def reference_logits(model, prompt: torch.Tensor, keep: dict[int, torch.Tensor], fed: list[torch.Tensor]) -> list:
-    """Prefill ``prompt`` (1, c) unmasked, then feed each (1, q) chunk of ``fed`` with ``keep`` applied."""
-    cache = DynamicCache(config=model.config)
-    out = []
-    try:
-        with attention_function(model, REFERENCE, masked_attention, mask="sdpa"):
-            KEEP.clear()
-            model(prompt, cache=cache, use_cache=True)
-            KEEP.update(keep)
-            for chunk in fed:
-                out.append(model(chunk, cache=cache, use_cache=True).logits[0, -1].float())
-    finally:
-        KEEP.clear()
-    return out
+    return masked.reference_logits(model, prompt, keep, fed, attention=masked_sdpa)
 
 
 class Recorder:
@@ -71,11 +47,6 @@ class Recorder:
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         self.seen.append(logits[0].clone())
         return logits.argmax(dim=-1)
-
-
-def keep_masks(compressed) -> dict[int, torch.Tensor]:
-    mask = compressed.selection.mask()
-    return {layer: mask[row] for row, layer in enumerate(compressed.selection.layer_indices)}
 
 
 CASES = [
