@@ -7,6 +7,10 @@ the kept prompt entries: a transformers ``Cache`` that ``model.generate(input_id
 past_key_values=compressed)`` continues. ``Pipeline.generate`` compresses and decodes (through
 ``model.generate``).
 
+A batch of prompts of different lengths is compressed at once, left-padded as transformers
+generates (``compress(model, input_ids, attention_mask=mask)``): one prefill, every row's
+futures drawn together, then each row scored and selected on its own, exactly as alone.
+
 Two uses:
 - query-aware (the default, LORE-KV's setting): the question is part of the prompt. The
   candidates are positions 0..n-2; the last prompt token is re-fed through the compressed
@@ -33,16 +37,18 @@ import lorekv.scorers  # noqa: F401
 from lorekv.aggregators.base import AGGREGATORS, Aggregator
 from lorekv.aggregators.mean import MeanConfig
 from lorekv.hf import (
+    BatchRollout,
     CompressedCache,
     CompressionStats,
     Generation,
     ModelRollout,
     PhaseTimer,
+    PositionedCache,
+    check_batch,
     check_context,
     check_generate_options,
     check_supported,
-    check_token_ids,
-    decode,
+    decode_batch,
     evictable_layers,
     gather,
     prepare,
@@ -51,7 +57,7 @@ from lorekv.policies.base import POLICIES, Policy
 from lorekv.registry import ComponentConfig
 from lorekv.samplers.base import SAMPLERS, Sampler
 from lorekv.scorers.base import SCORERS, Scorer
-from lorekv.scores import Scores
+from lorekv.scores import Scores, Selection
 from lorekv.token_rules import TokenRule
 from lorekv.trajectories import Trajectories
 from lorekv.validation import check_int_at_least, describe
@@ -131,30 +137,36 @@ def prefill(
     input_ids: torch.Tensor,
     samplers: Sequence[Sampler],
     *,
+    attention_mask: torch.Tensor | None = None,
+    lengths: Sequence[int] | None = None,
     query_aware: bool = True,
     tokenizer: PreTrainedTokenizerBase | None = None,
     compile: bool = False,
-) -> ModelRollout:
-    """The prompt ``input_ids`` (1, n) prefilled once for every sampler in ``samplers``.
+) -> BatchRollout:
+    """The prompts ``input_ids`` (b, N), left-padded, prefilled once for every sampler in ``samplers``.
 
     The prefill captures the widest query window any of them needs (every prompt query if one
     needs ``"all"``) and keeps the logits of the widest int window, so one prefill serves a
-    pipeline alone and every method of an evaluation unit alike. The candidates are the first
-    n - 1 prompt tokens query-aware (the last is re-fed through the compressed cache), all n
-    otherwise. Nothing is checked here: validate with :meth:`Pipeline.check_input` first.
+    pipeline alone and every method of an evaluation unit alike. Row i's candidates are its
+    first n_i - 1 tokens query-aware (the last is re-fed through the compressed cache), all n_i
+    otherwise. ``lengths`` (the real token counts, from :func:`check_batch`) spare a second read
+    of ``attention_mask``. Nothing is checked here: validate with :meth:`Pipeline.check_input` first.
     """
     windows = [sampler.prefill_window for sampler in samplers]
     ints = [w for w in windows if w != "all"]
     check_supported(model)
     prepare(model)
-    n = input_ids.shape[1]
-    return ModelRollout(
+    if lengths is None:
+        width = input_ids.shape[1]
+        lengths = [width] * input_ids.shape[0] if attention_mask is None else attention_mask.sum(1).tolist()
+    return BatchRollout(
         model,
         input_ids,
+        lengths,
         evictable_layers(model),
         prefill_window="all" if "all" in windows else max(ints, default=0),
         tokenizer=tokenizer,
-        candidates=n - 1 if query_aware else n,
+        pending=1 if query_aware else 0,
         stats_window=max(ints, default=0),
         compile=compile,
     )
@@ -220,24 +232,32 @@ class Pipeline:
         model: PreTrainedModel,
         input_ids: torch.Tensor,
         *,
+        attention_mask: torch.Tensor | None = None,
         query_aware: bool,
         extra: int = 0,
         tokenizer: PreTrainedTokenizerBase | None = None,
-    ) -> None:
-        """Validate a prompt, the policy's budget and the positions the futures and the
-        ``extra`` question/answer tokens need (both start at the prompt's end), before any
-        model work."""
+    ) -> tuple[int, ...]:
+        """Validate the prompts (a left-padded batch with ``attention_mask``), the policy's budget
+        and the positions the futures and the ``extra`` question/answer tokens need (both start
+        at each prompt's end), before any model work; an error names the row. Returns each
+        row's real token count."""
         minimum = 2 if query_aware else 1
-        check_token_ids(model, input_ids, "input_ids", min_length=minimum)
-        n = input_ids.shape[1]
+        lengths = check_batch(model, input_ids, attention_mask, min_length=minimum)
         window = self.sampler.prefill_window
-        if window != "all" and window > n:
-            raise ValueError(f"window must be <= the prompt length {n}, got {window}")
         tail = 1 if query_aware else 0
-        self.policy.check_budget(n - tail, tail)
-        future = self.sampler.future_positions(input_ids, tokenizer)
-        check_context(model, n, future, f"{self.sampler.config.name} future")
-        check_context(model, n, extra, "question/answer")
+        width = input_ids.shape[1]
+        for row, n in enumerate(lengths):
+            where = "" if len(lengths) == 1 else f"row {row}: "
+            try:
+                if window != "all" and window > n:
+                    raise ValueError(f"window must be <= the prompt length {n}, got {window}")
+                self.policy.check_budget(n - tail, tail)
+                future = self.sampler.future_positions(input_ids[row : row + 1, width - n :], tokenizer)
+                check_context(model, n, future, f"{self.sampler.config.name} future")
+                check_context(model, n, extra, "question/answer")
+            except ValueError as error:
+                raise ValueError(f"{where}{error}") from None
+        return lengths
 
     @torch.no_grad()
     def compress(
@@ -245,39 +265,66 @@ class Pipeline:
         model: PreTrainedModel,
         input_ids: torch.Tensor,
         *,
+        attention_mask: torch.Tensor | None = None,
         query_aware: bool = True,
         tokenizer: PreTrainedTokenizerBase | None = None,
         answer_tokens: int = 0,
     ) -> CompressedCache:
         """Prefill, sample futures, score, aggregate, select; return the compressed cache.
 
+        ``input_ids`` (b, N) with ``attention_mask`` (b, N) is a left-padded batch: one prefill,
+        every row's futures drawn together, then each row scored and selected on its own (its
+        budget over its own candidates, padding never a candidate), giving the same kept set
+        as compressing the row alone; the cache holds every row (ragged across rows and heads).
         ``tokenizer`` is handed to the sampler through the rollout; only samplers that feed
         text of their own need it (``kvzip``'s repeat instruction), the others ignore it.
         ``answer_tokens``: positions the caller will feed after the prompt (question and
         answer), checked with the futures against the model's context before any work.
         """
-        self.check_input(model, input_ids, query_aware=query_aware, extra=answer_tokens, tokenizer=tokenizer)
+        lengths = self.check_input(
+            model,
+            input_ids,
+            attention_mask=attention_mask,
+            query_aware=query_aware,
+            extra=answer_tokens,
+            tokenizer=tokenizer,
+        )
         timer = PhaseTimer(input_ids.device)
         with timer.phase("prefill"):
-            rollout = self.prefill(model, input_ids, query_aware=query_aware, tokenizer=tokenizer)
+            batch = prefill(
+                model,
+                input_ids,
+                [self.sampler],
+                lengths=lengths,
+                query_aware=query_aware,
+                tokenizer=tokenizer,
+                compile=self.compile,
+            )
         with timer.phase("sampling"):
-            trajectories = self.sampler.futures(rollout)
+            futures = self.sampler.futures_batch(batch)
         with timer.phase("scoring"):
-            scores, weights = self.score(trajectories, rollout.candidates)
-        return self.select(rollout, scores, weights, seconds=timer.seconds)
+            scored = [self.score(t, row.candidates) for t, row in zip(futures, batch.rows, strict=True)]
+        return self.select_rows(batch.rows, scored, seconds=timer.seconds, attention_mask=attention_mask)
 
     def prefill(
         self,
         model: PreTrainedModel,
         input_ids: torch.Tensor,
         *,
+        attention_mask: torch.Tensor | None = None,
         query_aware: bool = True,
         tokenizer: PreTrainedTokenizerBase | None = None,
-    ) -> ModelRollout:
+    ) -> BatchRollout:
         """The first phase of :meth:`compress` (see :func:`prefill`); call :meth:`check_input`
         first, the phases check nothing themselves."""
         return prefill(
-            model, input_ids, [self.sampler], query_aware=query_aware, tokenizer=tokenizer, compile=self.compile
+            model,
+            input_ids,
+            [self.sampler],
+            attention_mask=attention_mask,
+            query_aware=query_aware,
+            tokenizer=tokenizer,
+            compile=self.compile,
         )
 
     def score(self, trajectories: Trajectories, candidates: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -294,29 +341,65 @@ class Pipeline:
         *,
         seconds: dict[str, float] | None = None,
     ) -> CompressedCache:
-        """The last phase of :meth:`compress`: the policy's selection of ``scores`` (L, H, c),
-        gathered from the rollout's cache. ``seconds`` (the earlier phases' times) go into the stats."""
-        timer = PhaseTimer(scores.device, seconds)
+        """The last phase of :meth:`compress` for one prompt: the policy's selection of ``scores``
+        (L, H, c), gathered from the rollout's cache. ``seconds`` (the earlier phases' times) go
+        into the stats."""
+        return self.select_rows([rollout], [(scores, weights)], seconds=seconds)
+
+    def select_rows(
+        self,
+        rows: Sequence[ModelRollout],
+        scored: Sequence[tuple[torch.Tensor, torch.Tensor]],
+        *,
+        seconds: dict[str, float] | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> CompressedCache:
+        """:meth:`select` for every row of a batch (``scored[i]``: row i's scores and future
+        weights), each row's cache gathered as alone, then stacked into one padded cache."""
+        timer = PhaseTimer(scored[0][0].device, seconds)
+        caches, selections, stats = [], [], []
+        with timer.phase("selection"):
+            for rollout, (scores, weights) in zip(rows, scored, strict=True):
+                cache, selection = self.gather(rollout, scores)
+                caches.append(cache), selections.append(selection)
+                stats.append((rollout, cache, selection, weights))
+            stacked = PositionedCache.stack(caches)
+        stats = [self.stats(*row, seconds=timer.seconds) for row in stats]
+        batch = rows[0].batch
+        start = batch.input_ids.shape[1] - batch.pending
+        return CompressedCache(stacked, batch.input_ids, start, selections, stats, attention_mask=attention_mask)
+
+    def gather(self, rollout: ModelRollout, scores: torch.Tensor) -> tuple[PositionedCache, Selection]:
+        """The policy's selection of one row's ``scores`` (L, H, c) and its cache of the kept entries."""
         n, candidates = rollout.prompt_length, rollout.candidates
         layers = tuple(sorted(rollout.evict_layers))
-        with timer.phase("selection"):
-            selection = self.policy.select(Scores(scores, layers, tail=n - candidates))
-            source = rollout.head_cache if candidates < n else rollout.cache
-            cache = gather(source, selection, limit=candidates)
-        stats = CompressionStats(
+        selection = self.policy.select(Scores(scores, layers, tail=n - candidates))
+        source = rollout.head_cache if candidates < n else rollout.cache
+        return gather(source, selection, limit=candidates), selection
+
+    @staticmethod
+    def stats(
+        rollout: ModelRollout,
+        cache: PositionedCache,
+        selection: Selection,
+        weights: torch.Tensor,
+        *,
+        seconds: dict[str, float],
+    ) -> CompressionStats:
+        n, candidates = rollout.prompt_length, rollout.candidates
+        return CompressionStats(
             prompt_tokens=n,
             candidate_tokens=candidates,
-            layer_indices=layers,
+            layer_indices=selection.layer_indices,
             kept=tuple(tuple(int(c) for c in row) for row in selection.counts().tolist()),
             bytes_before=rollout.cache.allocated_bytes(),
             bytes_after=cache.allocated_bytes(),
             bytes_kept=cache.kept_bytes(),
             pending_tokens=n - candidates,
             bytes_held=cache.held_bytes(n - candidates),
-            seconds=timer.seconds,
+            seconds=dict(seconds),
             future_weights=tuple(weights.tolist()),
         )
-        return CompressedCache(cache, rollout.prompt_ids, candidates, selection, stats)
 
     @torch.no_grad()
     def generate(
@@ -331,20 +414,69 @@ class Pipeline:
         tokenizer: PreTrainedTokenizerBase | None = None,
         **generate_kwargs: Any,
     ) -> Generation:
-        """Compress ``input_ids`` and decode an answer with ``model.generate`` (:func:`decode`).
+        """Compress ``input_ids`` (1, n) and decode an answer with ``model.generate`` (:func:`decode`).
 
         Without ``question_ids`` the prompt is compressed query-aware; with them the prompt
         is a context compressed query-agnostically and the question is fed after it.
         ``tokenizer`` is passed to :meth:`compress` (samplers that feed text need it).
         Greedy unless ``rule`` or ``generate_kwargs`` (any ``model.generate`` option:
-        ``do_sample=True``, ``temperature``, a ``streamer``, ...) say otherwise.
+        ``do_sample=True``, ``temperature``, a ``streamer``, ...) say otherwise. A batch goes
+        through :meth:`generate_batch`.
         """
+        if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and input_ids.shape[0] != 1:
+            raise ValueError(f"input_ids has {input_ids.shape[0]} rows: answer a batch with generate_batch")
+        return self.generate_batch(
+            model,
+            input_ids,
+            max_new_tokens,
+            question_ids=question_ids,
+            eos_token_id=eos_token_id,
+            rule=rule,
+            tokenizer=tokenizer,
+            **generate_kwargs,
+        )[0]
+
+    @torch.no_grad()
+    def generate_batch(
+        self,
+        model: PreTrainedModel,
+        input_ids: torch.Tensor,
+        max_new_tokens: int = 32,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        question_ids: torch.Tensor | None = None,
+        question_mask: torch.Tensor | None = None,
+        eos_token_id: int | list[int] | None = None,
+        rule: TokenRule | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        **generate_kwargs: Any,
+    ) -> list[Generation]:
+        """:meth:`generate` for a left-padded batch ``input_ids`` (b, N) with ``attention_mask``:
+        one compression of every row, one ``model.generate`` call answering every row
+        (:func:`decode_batch`); each row's answer ends at its own first ``eos_token_id``.
+        ``question_ids`` (b, q), left-padded with ``question_mask``, hold one question per row
+        (query-agnostic); to ask rows different numbers of questions, compress once and decode
+        each round from ``compressed.rows(indices)``."""
         check_int_at_least("max_new_tokens", max_new_tokens, 1)
         check_generate_options(model, generate_kwargs)
-        extra = max_new_tokens + (0 if question_ids is None else question_ids.shape[-1])
+        questions = 0
+        if question_ids is not None:
+            questions = max(check_batch(model, question_ids, question_mask, "question_ids"))
         compressed = self.compress(
-            model, input_ids, query_aware=question_ids is None, tokenizer=tokenizer, answer_tokens=extra
+            model,
+            input_ids,
+            attention_mask=attention_mask,
+            query_aware=question_ids is None,
+            tokenizer=tokenizer,
+            answer_tokens=max_new_tokens + questions,
         )
-        return decode(
-            model, compressed, question_ids, max_new_tokens, eos_token_id=eos_token_id, rule=rule, **generate_kwargs
+        return decode_batch(
+            model,
+            compressed,
+            question_ids,
+            question_mask,
+            max_new_tokens,
+            eos_token_id=eos_token_id,
+            rule=rule,
+            **generate_kwargs,
         )

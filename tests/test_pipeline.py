@@ -268,7 +268,7 @@ def test_pipeline_config_round_trip(tmp_path) -> None:
     [
         (torch.zeros(1, 0, dtype=torch.long), {}, "input_ids"),
         (torch.zeros(1, 1, dtype=torch.long), {}, "input_ids"),
-        (torch.zeros(2, 8, dtype=torch.long), {}, "batch size"),
+        (torch.zeros(2, 8, dtype=torch.long), {}, "generate_batch"),
         (torch.zeros(8, dtype=torch.long), {}, "input_ids"),
         (torch.zeros(1, 510, dtype=torch.long), {}, "context"),
     ],

@@ -21,10 +21,17 @@ Only this package and :mod:`lorekv.models` import transformers.
 from lorekv.hf.attention import ATTENTION_NAME, QueryCapture, cache_argument, forward, prepare, register, using_sdpa
 from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer, gather
 from lorekv.hf.compressed import CompressedCache, CompressionStats
-from lorekv.hf.decoding import Generation, check_generate_options, continue_full, decode, generate_full
-from lorekv.hf.inputs import check_context, check_token_ids
+from lorekv.hf.decoding import (
+    Generation,
+    check_generate_options,
+    continue_full,
+    decode,
+    decode_batch,
+    generate_full,
+)
+from lorekv.hf.inputs import check_batch, check_context, check_token_ids
 from lorekv.hf.introspection import check_supported, evictable_layers, layer_types, max_positions
-from lorekv.hf.rollout import ModelRollout
+from lorekv.hf.rollout import BatchRollout, ModelRollout
 from lorekv.hf.timing import PhaseTimer, now, reference_prefill_seconds
 
 __all__ = [
@@ -34,17 +41,20 @@ __all__ = [
     "CompressedCache",
     "CompressionStats",
     "Generation",
+    "BatchRollout",
     "ModelRollout",
     "PositionedCache",
     "PositionedLayer",
     "QueryCapture",
     "cache_argument",
+    "check_batch",
     "check_context",
     "check_generate_options",
     "check_supported",
     "check_token_ids",
     "continue_full",
     "decode",
+    "decode_batch",
     "evictable_layers",
     "forward",
     "gather",

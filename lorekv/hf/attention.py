@@ -66,17 +66,25 @@ class QueryCapture:
 
 
 def position_mask(key_positions: torch.Tensor, query_positions: torch.Tensor, window: int | None) -> torch.Tensor:
-    """(B, G, q, K) bool: key slot visible to query.
+    """(B, G, q, K) bool: key slot visible to query, for keys (B, G, K) and queries (B, q) or (q,).
 
     Visible iff the slot is not padding, its position is <= the query's, and (sliding
-    layers) the query is less than ``window`` positions past it.
+    layers) the query is less than ``window`` positions past it. A padding query (position
+    -1) sees no key.
     """
     kp = key_positions.unsqueeze(-2)
-    qp = query_positions.view(1, 1, -1, 1).to(kp.device)
+    qp = query_positions.to(kp.device).view(-1, 1, query_positions.shape[-1], 1)
     visible = (kp != PADDING) & (kp <= qp)
     if window is not None:
         visible &= kp > qp - window
     return visible
+
+
+def unmask_empty_rows(mask: torch.Tensor) -> torch.Tensor:
+    """``mask`` (..., q, K) with every row that sees no key opened to all keys: a padding query's
+    output is never read, but it must stay finite (a NaN value would poison the keys' weighted
+    sums, where a zero weight times NaN is NaN)."""
+    return mask | ~mask.any(dim=-1, keepdim=True)
 
 
 def lorekv_attention(
@@ -123,6 +131,8 @@ def lorekv_attention(
         is_causal = True
     elif q_len > 1 or layer.padded:
         mask = position_mask(active.key_positions[module.layer_idx], active.query_positions, window)
+        if active.padded:
+            mask = unmask_empty_rows(mask)
     group = query.shape[1] // key.shape[1]
     if mask is not None and group > 1:
         mask = repeat(mask, "b g q k -> b (g r) q k", r=group)
@@ -145,17 +155,18 @@ def shared_prefix_attention(
     window: int | None,
     scaling: float,
 ) -> torch.Tensor:
-    """Attention of B branches over a shared prefix and their own tokens, the prefix read once.
+    """Attention of B branches over P shared prefixes (B/P branches each) and their own tokens,
+    each prefix read once.
 
     Args:
-        query: (B, H, q, d) the branches' queries.
+        query: (B, H, q, d) the branches' queries, prefix p's branches at rows p*B/P..(p+1)*B/P-1.
         keys: (B, G, S, d) each branch's own entries.
         values: (B, G, S, d) their values.
         key_positions: (B, G, S) their positions.
-        query_positions: (q,) the queries' positions.
-        prefix_keys: (1, G, K, d) the shared batch-1 layer, every entry before every query.
-        prefix_values: (1, G, K, d) its values.
-        prefix_positions: (1, G, K) its positions.
+        query_positions: (B, q) the queries' positions ((q,): every branch alike).
+        prefix_keys: (P, G, K, d) the shared layer, every entry of a row before its branches' queries.
+        prefix_values: (P, G, K, d) its values.
+        prefix_positions: (P, G, K) its positions.
         prefix_padded: some prefix entries are padding (an evicted cache).
         window: the layer's sliding window (None: full attention).
         scaling: the softmax scale of q . k.
@@ -163,23 +174,28 @@ def shared_prefix_attention(
     Returns:
         (B, H, q, d), equal to attention over the concatenation [prefix, own] up to rounding.
 
-    Cascade (shared-prefix) attention: the B * group query heads of each KV head attend to
-    the prefix as one batch-1 call, each branch attends to its own S entries, and the two
+    Cascade (shared-prefix) attention: the B/P * group query heads of each KV head attend to
+    their prefix row as one call, each branch attends to its own S entries, and the two
     partial results merge exactly through their log-sum-exps:
     o = (e^{lse_p} o_p + e^{lse_s} o_s) / (e^{lse_p} + e^{lse_s}). Without it, B branches
     would hold and read B copies of the prompt's KV at every step.
     """
     b, h, q, _ = query.shape
-    g = keys.shape[1]
-    r = h // g
+    g, p = keys.shape[1], prefix_keys.shape[0]
+    r, m = h // g, b // p
+    query_positions = query_positions.reshape(-1, q).expand(b, q)
     prefix_mask = None
     if prefix_padded or window is not None:
-        prefix_mask = position_mask(prefix_positions, query_positions, window)  # (1, G, q, K)
-        prefix_mask = repeat(prefix_mask, "1 g q k -> 1 g (b r q) k", b=b, r=r)
-    folded = rearrange(query, "b (g r) q d -> 1 g (b r q) d", g=g)
+        kp = prefix_positions[:, :, None, None, :]  # (P, G, 1, 1, K)
+        qp = rearrange(query_positions.to(kp.device), "(p m) q -> p 1 m q 1", p=p)
+        prefix_mask = (kp != PADDING) & (kp <= qp)
+        if window is not None:
+            prefix_mask &= kp > qp - window
+        prefix_mask = repeat(prefix_mask, "p g m q k -> p g (m r q) k", r=r)
+    folded = rearrange(query, "(p m) (g r) q d -> p g (m r q) d", p=p, g=g)
     out_p, lse_p = partial_attention(folded, prefix_keys, prefix_values, prefix_mask, scaling)
-    out_p = rearrange(out_p, "1 g (b r q) d -> b (g r) q d", b=b, r=r)
-    lse_p = rearrange(lse_p, "1 g (b r q) -> b (g r) q", b=b, r=r)
+    out_p = rearrange(out_p, "p g (m r q) d -> (p m) (g r) q d", m=m, r=r)
+    lse_p = rearrange(lse_p, "p g (m r q) -> (p m) (g r) q", m=m, r=r)
 
     own_mask = None
     if q > 1 or window is not None:
@@ -281,20 +297,22 @@ def forward(
     *,
     capture: QueryCapture | None = None,
     logits_to_keep: int = 1,
+    padded: bool = False,
     compile: bool = False,
 ) -> torch.Tensor:
-    """Run ``input_ids`` (B, q) at ``positions`` (q,) through ``model``, appending to ``cache``.
+    """Run ``input_ids`` (B, q) at ``positions`` (q,) or (B, q) through ``model``, appending to ``cache``.
 
     Returns the logits (B, logits_to_keep, V) in float32. ``model`` must have been through
-    :func:`prepare`. ``compile``: run lorekv's own attention kernels (the branches' cascade
-    attention) through ``torch.compile``.
+    :func:`prepare`. ``padded``: some positions are :data:`~lorekv.hf.cache.PADDING` (a
+    left-padded batch), stored masked. ``compile``: run lorekv's own attention kernels (the
+    branches' cascade attention) through ``torch.compile``.
     """
     batch, q_len = input_ids.shape
-    positions = positions.to(input_ids.device)
-    with running(ForwardPass(cache, positions, capture, compile=compile)):
+    positions = positions.to(input_ids.device).view(-1, q_len).expand(batch, q_len)
+    with running(ForwardPass(cache, positions, capture, padded=padded, compile=compile)):
         out = model(
             input_ids=input_ids,
-            position_ids=positions.view(1, q_len).expand(batch, q_len),
+            position_ids=positions.clamp(min=0),
             use_cache=True,
             logits_to_keep=logits_to_keep,
             **{cache_argument(type(model)): cache},

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from transformers import PretrainedConfig
 from transformers.cache_utils import Cache, DynamicLayer
 
@@ -33,9 +34,9 @@ class PositionedLayer(DynamicLayer):
     so that appends (the futures' tokens, an answer) write in place, and once reserved room runs
     out it doubles, so an answer longer than the room reserved costs amortised O(1) per token.
 
-    A layer with a ``prefix`` is one of B branches continuing a shared batch-1 layer: its own
-    entries (B, G, S, d) are the branch's tokens only, and attention reads the prefix once for
-    all branches (:func:`lorekv.hf.attention.shared_prefix_attention`) instead of B copies.
+    A layer with a ``prefix`` holds B branches continuing a shared layer of P rows (B/P branches
+    per row): its own entries (B, G, S, d) are the branches' tokens only, and attention reads
+    each prefix row once for its branches (:func:`lorekv.hf.attention.shared_prefix_attention`) instead of B copies.
     """
 
     def __init__(self, window: int | None = None, *, slack: int = 0) -> None:
@@ -72,11 +73,16 @@ class PositionedLayer(DynamicLayer):
         self._buffers = (keys, values, positions)
 
     def append(
-        self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor
+        self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, *, padded: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Add new tokens at ``positions`` (q,); return keys, values, positions the new queries may see."""
+        """Add new tokens (B, G, q, d) at ``positions`` (B, q); return keys, values, positions the
+        new queries may see. ``positions`` (q,) places every row alike; ``padded``: some of them
+        may be padding (position -1)."""
         b, g, q, _ = keys.shape
-        new_pos = positions.to(keys.device).view(1, 1, q).expand(b, g, q)
+        new_pos = positions.to(keys.device).view(-1, 1, q).expand(b, g, q)
+        if padded and self.window is not None and self.is_initialized and q > 1:
+            self.slack += q  # padding between stored and new tokens: keep every row's window - 1 newest real ones
+        padded = padded or self.padded
         if self._buffers is not None and self._buffers[0].shape[0] == b and not self._fits(b, q):
             self.reserve(b, max(q, self.keys.shape[2]))  # reserved room ran out: double it
         if self._buffers is not None and self._fits(b, q):
@@ -84,6 +90,7 @@ class PositionedLayer(DynamicLayer):
             start, end = self.keys.shape[2], self.keys.shape[2] + q
             k_buf[:, :, start:end], v_buf[:, :, start:end], p_buf[:, :, start:end] = keys, values, new_pos
             self.keys, self.values, self.positions = k_buf[:, :, :end], v_buf[:, :, :end], p_buf[:, :, :end]
+            self.padded = padded
             return self.keys, self.values, self.positions
         if not self.is_initialized:
             full = (keys, values, new_pos)
@@ -97,7 +104,7 @@ class PositionedLayer(DynamicLayer):
         if self.window is not None and keys_.shape[-2] > self.window - 1 + self.slack:
             keep = self.window - 1 + self.slack
             keys_, values_, positions_ = keys_[..., -keep:, :], values_[..., -keep:, :], positions_[..., -keep:]
-        self.set(keys_, values_, positions_, padded=self.padded)
+        self.set(keys_, values_, positions_, padded=padded)
         return full
 
     def _fits(self, batch: int, q: int) -> bool:
@@ -108,14 +115,13 @@ class PositionedLayer(DynamicLayer):
         own = 0 if not self.is_initialized else self.keys.shape[-2]
         return own + (0 if self.prefix is None else self.prefix.get_seq_length())
 
-    def below(self, limit: int) -> PositionedLayer:
-        """A layer sharing this one's tensors that holds its entries at positions < ``limit``
-        (the ``window - 1`` newest of them on a sliding layer). Needs contiguous positions in
-        order (a prefill's cache, not an evicted one)."""
+    def trimmed(self, drop: int) -> PositionedLayer:
+        """A layer sharing this one's tensors without its last ``drop`` slots (the ``window - 1``
+        newest of the rest on a sliding layer): the cache as it stood ``drop`` tokens earlier, for
+        a prefill's cache (slots in feeding order, every row ending with the same fed token)."""
         out = PositionedLayer(self.window)
         if self.is_initialized:
-            first = int(self.positions[0, 0, 0]) if self.positions.shape[-1] else 0
-            end = max(0, min(limit - first, self.positions.shape[-1]))
+            end = max(0, self.keys.shape[2] - drop)
             start = 0 if self.window is None else max(0, end - (self.window - 1))
             out.set(
                 self.keys[:, :, start:end],
@@ -123,6 +129,16 @@ class PositionedLayer(DynamicLayer):
                 self.positions[:, :, start:end],
                 padded=self.padded,
             )
+        return out
+
+    def row(self, index: int, length: int) -> PositionedLayer:
+        """Row ``index`` as a batch-1 layer of its trailing ``length`` slots at most (a left-padded
+        prefill's row of ``length`` real tokens: its padding left out); shares the tensors."""
+        out = PositionedLayer(self.window)
+        if self.is_initialized:
+            start = self.keys.shape[2] - min(length, self.keys.shape[2])
+            rows = slice(index, index + 1)
+            out.set(self.keys[rows, :, start:], self.values[rows, :, start:], self.positions[rows, :, start:])
         return out
 
     def allocated_bytes(self) -> int:
@@ -171,7 +187,9 @@ class PositionedCache(Cache):
                 "PositionedCache must be fed through lorekv.hf.attention.forward, or (a CompressedCache) "
                 "by a model prepared with lorekv.hf.prepare(model), which Pipeline.compress does"
             )
-        keys, values, positions = self.layers[layer_idx].append(key_states, value_states, current.query_positions)
+        keys, values, positions = self.layers[layer_idx].append(
+            key_states, value_states, current.query_positions, padded=current.padded
+        )
         current.key_positions[layer_idx] = positions
         return keys, values
 
@@ -196,36 +214,69 @@ class PositionedCache(Cache):
         for src, dst in zip(self.layers, out.layers, strict=True):
             if src.is_initialized:
                 dst.set(src.keys, src.values, src.positions, padded=src.padded)
-            dst.prefix = src.prefix
+            dst.prefix, dst.slack = src.prefix, src.slack
         return out
 
-    def below(self, limit: int) -> PositionedCache:
-        """The cache as it stood before position ``limit`` (a prefill's cache; shares its tensors).
+    def trimmed(self, drop: int) -> PositionedCache:
+        """The cache as it stood ``drop`` fed tokens earlier (a prefill's cache; shares its tensors).
 
-        Sliding layers must hold the token ``window - 1`` before ``limit``: a cache prefilled
-        with ``slack=1`` does for ``limit`` = its length - 1, which is how one prefill pass
-        yields both the n-token cache and the (n-1)-token one query-aware eviction needs.
+        Sliding layers must hold the token ``window - 1`` before that point: a cache prefilled
+        with ``slack=1`` does for ``drop=1``, which is how one prefill pass yields both the
+        n-token cache and the (n-1)-token one query-aware eviction needs.
         """
         out = PositionedCache([layer.window for layer in self.layers])
-        out.layers = [layer.below(limit) for layer in self.layers]
+        out.layers = [layer.trimmed(drop) for layer in self.layers]
         return out
 
-    def branches(self, batch: int) -> PositionedCache:
-        """A cache of ``batch`` continuations of this batch-1 cache, which they share as a
-        read-only prefix: nothing is copied, each layer starts with no entries of its own."""
+    def row(self, index: int, length: int) -> PositionedCache:
+        """Row ``index`` of a left-padded prefill's cache as a batch-1 cache of its ``length`` real
+        tokens (the trailing slots of every layer); shares the tensors."""
+        out = PositionedCache([layer.window for layer in self.layers])
+        out.layers = [layer.row(index, length) for layer in self.layers]
+        return out
+
+    @classmethod
+    def stack(cls, caches: Sequence[PositionedCache]) -> PositionedCache:
+        """One cache of B rows from B batch-1 caches (one per row, each ragged across heads).
+
+        Every layer is left-padded to its longest row (position -1, masked by lorekv's attention):
+        slots keep their feeding order, so a sliding layer's newest entries stay last in every row.
+        """
+        if not caches:
+            raise ValueError("stack needs at least one cache")
+        out = cls([layer.window for layer in caches[0].layers])
+        for idx, dst in enumerate(out.layers):
+            rows = [cache.layers[idx] for cache in caches]
+            if not all(row.is_initialized for row in rows):
+                continue
+            width = max(row.keys.shape[2] for row in rows)
+            pads = [width - row.keys.shape[2] for row in rows]
+            if len(rows) == 1:
+                dst.set(rows[0].keys, rows[0].values, rows[0].positions, padded=rows[0].padded)
+                continue
+            dst.set(
+                torch.cat([F.pad(row.keys, (0, 0, pad, 0)) for row, pad in zip(rows, pads, strict=True)]),
+                torch.cat([F.pad(row.values, (0, 0, pad, 0)) for row, pad in zip(rows, pads, strict=True)]),
+                torch.cat([F.pad(row.positions, (pad, 0), value=PADDING) for row, pad in zip(rows, pads, strict=True)]),
+                padded=any(pads) or any(row.padded for row in rows),
+            )
+        return out
+
+    def branches(self, per_row: int) -> PositionedCache:
+        """A cache of ``per_row`` continuations of each of this cache's P rows (P * per_row rows,
+        row p's continuations first), which read this one as a read-only prefix: nothing is
+        copied, each layer starts with no entries of its own."""
         out = PositionedCache([layer.window for layer in self.layers])
         for src, dst in zip(self.layers, out.layers, strict=True):
             if not src.is_initialized:
                 continue
-            if src.keys.shape[0] != 1:
-                raise ValueError(f"branches need a batch-1 cache, got batch {src.keys.shape[0]}")
             prefix = PositionedLayer(src.window)
             prefix.set(src.keys, src.values, src.positions, padded=src.padded)
-            _, g, _, d = src.keys.shape
+            p, g, _, d = src.keys.shape
             dst.set(
-                src.keys.new_empty(batch, g, 0, d),
-                src.values.new_empty(batch, g, 0, d),
-                src.positions.new_empty(batch, g, 0),
+                src.keys.new_empty(p * per_row, g, 0, d),
+                src.values.new_empty(p * per_row, g, 0, d),
+                src.positions.new_empty(p * per_row, g, 0),
             )
             dst.prefix = prefix
         return out

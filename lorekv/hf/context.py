@@ -31,10 +31,14 @@ class ForwardPass:
 
     Attributes:
         cache: the cache the call appends to.
-        query_positions: (q,) long, on the model's device: the positions of the fed tokens.
+        query_positions: (B, q) long, on the model's device: the positions of the fed tokens,
+            row by row (a left-padded batch places each row's tokens at 0..n_i-1);
+            :data:`~lorekv.hf.cache.PADDING` marks a padding token, which is stored masked.
         capture: records queries during the call (None: nothing recorded).
         key_positions: layer index -> (B, G, K) positions of the keys that layer's cache
             returned to its attention in this call (filled by the cache).
+        padded: some fed tokens may be padding (the layers they are appended to become padded:
+            attention then masks by position instead of taking the causal fast path).
         compile: use the ``torch.compile``'d attention kernels.
         owner: who opened the pass with :func:`enter` (the model whose hooks did), None for
             :func:`running`.
@@ -45,6 +49,7 @@ class ForwardPass:
     query_positions: torch.Tensor
     capture: QueryCapture | None = None
     key_positions: dict[int, torch.Tensor] = field(default_factory=dict)
+    padded: bool = False
     compile: bool = False
     owner: Any = None
     token: Any = None

@@ -28,7 +28,7 @@ from lorekv.hf.attention import prepare
 from lorekv.hf.cache import PositionedCache
 from lorekv.hf.compressed import CompressedCache, CompressionStats
 from lorekv.hf.generation import check_options
-from lorekv.hf.inputs import check_context, check_token_ids
+from lorekv.hf.inputs import check_batch, check_context, check_token_ids
 from lorekv.hf.timing import now
 from lorekv.token_rules import TokenRule
 from lorekv.validation import check_int_at_least
@@ -99,40 +99,86 @@ def decode(
     rule: TokenRule | None = None,
     **generate_kwargs: Any,
 ) -> Generation:
-    """``model.generate`` from a fork of ``compressed``, fed the pending prompt token(s) and
-    ``question_ids`` (1, q); ``compressed`` itself is left intact, so it can answer several
-    questions.
+    """``model.generate`` from a fork of a one-row ``compressed``, fed the pending prompt token(s)
+    and ``question_ids`` (1, q); ``compressed`` itself is left intact, so it can answer several
+    questions (:func:`decode_batch` answers every row of a batch).
 
     Greedy unless ``rule`` (a token rule, applied as a logits processor) or ``generate_kwargs``
     (``do_sample=True, temperature=...``, a streamer, ...) say otherwise; stops at
     ``eos_token_id`` only (None: runs to ``max_new_tokens``, whatever the model's generation
     config says).
     """
-    check_int_at_least("max_new_tokens", max_new_tokens, 1)
+    if compressed.batch_size != 1:
+        raise ValueError(f"decode answers one row; this cache holds {compressed.batch_size}: use decode_batch")
     if question_ids is not None:
         check_token_ids(model, question_ids, "question_ids")
-    ids = compressed.prompt_ids if question_ids is None else torch.cat([compressed.prompt_ids, question_ids], 1)
-    if ids.shape[1] == compressed.start:
+    return decode_batch(
+        model,
+        compressed,
+        question_ids,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos_token_id,
+        rule=rule,
+        **generate_kwargs,
+    )[0]
+
+
+@torch.no_grad()
+def decode_batch(
+    model: PreTrainedModel,
+    compressed: CompressedCache,
+    question_ids: torch.Tensor | None = None,
+    question_mask: torch.Tensor | None = None,
+    max_new_tokens: int = 32,
+    *,
+    eos_token_id: int | list[int] | None = None,
+    rule: TokenRule | None = None,
+    **generate_kwargs: Any,
+) -> list[Generation]:
+    """:func:`decode` for every row of ``compressed``, in one ``model.generate`` call: one
+    :class:`Generation` per row, each ending at its own first ``eos_token_id``.
+
+    ``question_ids`` (b, q), left-padded with ``question_mask`` (b, q) when the questions differ
+    in length, are fed after the compressed contexts (query-agnostic); each row needs at least
+    one question token. To ask some rows only, decode from ``compressed.rows(indices)``.
+    """
+    check_int_at_least("max_new_tokens", max_new_tokens, 1)
+    b = compressed.batch_size
+    ids, mask = compressed.prompt_ids, compressed.attention_mask
+    if question_ids is not None:
+        lengths = check_batch(model, question_ids, question_mask, "question_ids")
+        if question_ids.shape[0] != b:
+            raise ValueError(f"question_ids has {question_ids.shape[0]} rows; the compressed cache holds {b}")
+        question_mask = torch.ones_like(question_ids) if question_mask is None else question_mask.long()
+        ids = torch.cat([ids, question_ids.to(ids.device)], 1)
+        mask = torch.cat([mask, question_mask.to(mask.device)], 1)
+        check_context(model, max(compressed.lengths) + max(lengths), max_new_tokens, "answer")
+    elif ids.shape[1] == compressed.start:
         raise ValueError("nothing to decode from: a query-agnostic cache needs question_ids")
-    check_context(model, ids.shape[1], max_new_tokens, "answer")
+    else:
+        check_context(model, max(compressed.lengths), max_new_tokens, "answer")
     prepare(model)
     start = now(ids.device)
     state = compressed.fork()
-    return _generate(model, ids, state, max_new_tokens, eos_token_id, rule, compressed.stats, start, generate_kwargs)
+    return _generate(
+        model, ids, mask, state, max_new_tokens, eos_token_id, rule, compressed.row_stats, start, generate_kwargs
+    )
 
 
 def _generate(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
     cache: CompressedCache | None,
     max_new_tokens: int,
     eos_token_id: int | list[int] | None,
     rule: TokenRule | None,
-    stats: CompressionStats | None,
+    stats: tuple[CompressionStats, ...],
     start: float,
     options: dict[str, Any],
-) -> Generation:
-    """``model.generate(input_ids, cache=cache, ...)`` (1, m) -> the new tokens and first logits.
+) -> list[Generation]:
+    """``model.generate(input_ids, attention_mask=..., cache=cache, ...)`` (b, m) -> each row's new
+    tokens (up to its first eos) and first logits.
 
     As any ``generate`` call, decoding follows the model's ``generation_config`` (a repetition
     penalty it sets applies to every method alike), except that it is greedy unless ``do_sample``
@@ -147,21 +193,29 @@ def _generate(
         processors.append(RuleProcessor(rule))
     if eos_token_id is None or eos_token_id == []:  # empty, not None: the model's generation config adds none
         options.update(eos_token_id=[], pad_token_id=options.get("pad_token_id", 0))
+        stops = torch.tensor([], dtype=torch.long)
     else:
         options["eos_token_id"] = eos_token_id
+        stops = torch.as_tensor(eos_token_id).reshape(-1)
     if cache is not None:
         options["cache"] = cache
     out = model.generate(
         input_ids,
-        attention_mask=torch.ones_like(input_ids),  # else a prompt token equal to the pad id reads as padding
+        attention_mask=attention_mask,  # else a prompt token equal to the pad id reads as padding
         max_new_tokens=max_new_tokens,
         logits_processor=processors,
         return_dict_in_generate=True,
         output_logits=True,
         **options,
     )
-    tokens = out.sequences[0, input_ids.shape[1] :]
-    return Generation(tokens.cpu(), out.logits[0][0], stats, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    new = out.sequences[:, input_ids.shape[1] :].cpu()
+    answers = []
+    for row in range(new.shape[0]):
+        ended = torch.isin(new[row], stops).nonzero()
+        tokens = new[row] if not len(ended) else new[row, : int(ended[0]) + 1]
+        answers.append(Generation(tokens, out.logits[0][row], stats[row] if stats else None, seconds))
+    return answers
 
 
 @torch.no_grad()
@@ -200,7 +254,8 @@ def continue_full(
     start = now(feed.device)
     state = CompressedCache(cache.copy(), prompt_ids, position)
     ids = torch.cat([prompt_ids, feed], 1)
-    return _generate(model, ids, state, max_new_tokens, eos_token_id, rule, None, start, generate_kwargs)
+    mask = torch.ones_like(ids)
+    return _generate(model, ids, mask, state, max_new_tokens, eos_token_id, rule, (), start, generate_kwargs)[0]
 
 
 @torch.no_grad()
@@ -220,4 +275,5 @@ def generate_full(
     check_context(model, input_ids.shape[1], max_new_tokens)
     prepare(model)
     start = now(input_ids.device)
-    return _generate(model, input_ids, None, max_new_tokens, eos_token_id, rule, None, start, generate_kwargs)
+    mask = torch.ones_like(input_ids)
+    return _generate(model, input_ids, mask, None, max_new_tokens, eos_token_id, rule, (), start, generate_kwargs)[0]

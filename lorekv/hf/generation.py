@@ -4,18 +4,20 @@ Two pieces, installed on a model by :func:`install` (which :func:`lorekv.hf.atte
 calls, so ``Pipeline.compress`` has done it before the user holds a compressed cache):
 
 - **Forward hooks.** A call ``model(..., cache=compressed)`` (what ``generate`` makes at every
-  step) runs as a lorekv forward pass: a pre-hook places the fed tokens at the cache's next
-  positions, checks any ``position_ids`` the caller gave against them, and publishes them to the
-  cache and the attention function (:mod:`lorekv.hf.context`); a post-hook closes the pass and
-  advances the cache. transformers needs no help beyond that: the cache's ``get_seq_length`` is
-  the count of positions it covers, so ``generate`` feeds exactly the not-yet-cached suffix.
+  step) runs as a lorekv forward pass: a pre-hook places the fed tokens at each row's next
+  positions (a token the ``attention_mask`` marks as padding is stored masked, taking no
+  position), checks any ``position_ids`` the caller gave against them, and publishes them to
+  the cache and the attention function (:mod:`lorekv.hf.context`); a post-hook closes the pass
+  and advances the cache. transformers needs no help beyond that: the cache's
+  ``get_seq_length`` is the count of columns it covers, so ``generate`` feeds exactly the
+  not-yet-cached suffix.
 - **A checked ``generate``.** A ``Cache`` never sees ``generate``'s options, and transformers
   calls the cache the first time after preparing inputs; so :func:`install` sets the model's
   ``generate`` to :func:`checked_generate`, which refuses, before any model work and naming the
-  option, what a batch-1 compressed cache cannot continue (beam search, assisted decoding, a
-  batch, a prompt other than the compressed one, a cache already extended,
-  ``cache_implementation``), then calls transformers' own ``generate`` unchanged. Calls
-  without a compressed cache go straight through.
+  option, what a compressed cache cannot continue (beam search, assisted decoding, other rows
+  than the compressed ones, a prompt other than the compressed one, padding other than left
+  padding, a cache already extended, ``cache_implementation``), then calls transformers' own
+  ``generate`` unchanged. Calls without a compressed cache go straight through.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.generation.configuration_utils import GenerationMode
 
+from lorekv.hf.cache import PADDING
 from lorekv.hf.compressed import CompressedCache
 from lorekv.hf.context import ATTENTION_NAME, ForwardPass, active_pass, enter, leave
 from lorekv.hf.inputs import check_context
@@ -80,25 +83,28 @@ def _open_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> 
     if tokens is None:
         tokens = kwargs.get("inputs_embeds")
     batch, length = tokens.shape[0], tokens.shape[1]
-    if batch != 1:
+    if batch != cache.batch_size:
         raise ValueError(
-            f"a compressed cache holds one sequence (batch 1); this call feeds {batch} rows "
-            "(input_ids with several rows, or num_beams / num_return_sequences > 1)"
+            f"the compressed cache holds {cache.batch_size} row(s); this call feeds {batch} rows "
+            "(other input_ids, or num_beams / num_return_sequences > 1)"
         )
     device = module.device if isinstance(module, PreTrainedModel) else tokens.device
-    positions = torch.arange(cache.next_position, cache.next_position + length, device=device)
+    mask = kwargs.get("attention_mask")
+    padded = mask is not None and mask.dim() == 2 and (batch > 1 or cache.extended == 0) and length > 1
+    real = mask[:, -length:].to(device).bool() if padded else torch.ones(batch, length, dtype=torch.bool, device=device)
+    counts = real.long().cumsum(1)
+    positions = (cache.row_positions.to(device)[:, None] + counts - 1).masked_fill(~real, PADDING)
     given = kwargs.get("position_ids")
-    if given is not None and not torch.equal(given.reshape(-1).to(device), positions):
+    if given is not None and not torch.equal(given.reshape(batch, -1).to(device)[real], positions[real]):
         got = given.reshape(-1).tolist()
         raise ValueError(
-            f"position_ids {got[:3]}{'...' if len(got) > 3 else ''} do not continue the compressed cache, which "
-            f"covers positions 0..{cache.next_position - 1}: {length} fed tokens take positions "
-            f"{cache.next_position}..{cache.next_position + length - 1} (pass input_ids that start with the "
-            "compressed prompt, and no attention_mask with padding)"
+            f"position_ids {got[:3]}{'...' if len(got) > 3 else ''} do not continue the compressed cache, whose "
+            f"rows continue at positions {cache.row_positions.tolist()} (pass input_ids that start with the "
+            "compressed prompts, and their attention_mask)"
         )
-    forward_pass = ForwardPass(cache, positions, owner=module)
+    forward_pass = ForwardPass(cache, positions, padded=padded, owner=module)
     enter(forward_pass)
-    return args, {**kwargs, "position_ids": positions.view(1, length)}
+    return args, {**kwargs, "position_ids": positions.clamp(min=0)}
 
 
 def _close_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
@@ -112,7 +118,10 @@ def _close_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], ou
     if output is None:
         cache.damaged = True
     else:
-        cache.next_position += current.query_positions.shape[0]
+        cache.next_position += current.query_positions.shape[1]
+        cache.row_positions = cache.row_positions.to(current.query_positions.device) + (
+            current.query_positions != PADDING
+        ).sum(1)
 
 
 def checked_generate(self: PreTrainedModel, *args: Any, **kwargs: Any) -> Any:
@@ -121,12 +130,12 @@ def checked_generate(self: PreTrainedModel, *args: Any, **kwargs: Any) -> Any:
     cache = _cache_of(kwargs)
     if isinstance(cache, CompressedCache):
         extra = check_generate(self, cache, args, kwargs)
-        cache.reserve(1, min(extra, RESERVED_TOKENS))
+        cache.reserve(cache.batch_size, min(extra, RESERVED_TOKENS))
     return type(self).generate(self, *args, **kwargs)
 
 
 def check_options(model: PreTrainedModel, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, dict, dict]:
-    """Refuse, naming the option, the ``generate`` options a batch-1 compressed cache cannot
+    """Refuse, naming the option, the ``generate`` options a compressed cache cannot
     continue (beam search, assisted decoding, other modes than greedy and sampling, several
     sequences, ``cache_implementation``, ``use_cache=False``, ``inputs_embeds``); needs no cache,
     so callers that compress first (``Pipeline.generate``, the text pipeline) refuse before any
@@ -196,17 +205,17 @@ def check_generate(model: PreTrainedModel, cache: CompressedCache, args: tuple, 
             "continue each question from a fork taken before: compressed.fork()"
         )
     input_ids = bound.get("inputs", options.get("input_ids"))
-    n = cache.prompt_ids.shape[1]
+    b, width = cache.prompt_ids.shape
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-        raise ValueError("input_ids must be a (1, m) tensor starting with the compressed prompt")
-    if input_ids.shape[0] != 1:
-        raise ValueError(f"input_ids has {input_ids.shape[0]} rows; a compressed cache holds one sequence (batch 1)")
+        raise ValueError(f"input_ids must be a ({b}, m) tensor starting with the compressed prompts")
+    if input_ids.shape[0] != b:
+        raise ValueError(f"input_ids has {input_ids.shape[0]} rows; the compressed cache holds {b}")
     m = input_ids.shape[1]
     prompt = cache.prompt_ids.to(input_ids.device)
-    if m < n or not torch.equal(input_ids[:, :n], prompt):
+    if m < width or not torch.equal(input_ids[:, :width], prompt):
         raise ValueError(
-            f"input_ids must start with the {n} compressed prompt tokens (the ids given to compress), "
-            f"got {m} tokens {'with another prefix' if m >= n else ''}".rstrip()
+            f"input_ids must start with the {width} compressed prompt columns (the ids given to compress), "
+            f"got {m} columns {'with another prefix' if m >= width else ''}".rstrip()
         )
     if m <= cache.start:
         raise ValueError(
@@ -217,13 +226,42 @@ def check_generate(model: PreTrainedModel, cache: CompressedCache, args: tuple, 
     pad, eos = config.pad_token_id, config.eos_token_id
     eos = [] if eos is None else torch.as_tensor(eos).reshape(-1).tolist()
     inferred = pad is not None and pad not in eos and bool(torch.isin(input_ids, torch.as_tensor(pad)).any())
-    if mask is None and inferred:
+    compressed_mask = cache.attention_mask.to(input_ids.device)
+    if mask is None and (inferred or not bool((compressed_mask == 1).all())):
         raise ValueError(
-            f"input_ids hold the pad token {pad} and no attention_mask is given: transformers would read it as "
-            "padding and shift the positions; pass attention_mask=torch.ones_like(input_ids)"
+            f"input_ids hold padding (or the pad token {pad}) and no attention_mask is given: pass the "
+            "attention_mask of the compressed prompts, extended over the rest (ones where there is no padding)"
         )
-    if mask is not None and (tuple(mask.shape) != (1, m) or not bool((mask == 1).all())):
-        raise ValueError(f"attention_mask must be all ones of shape (1, {m}) (no padding), got {tuple(mask.shape)}")
+    if mask is not None:
+        check_fed_mask(mask, compressed_mask, cache.start, m)
     new = config.max_new_tokens if config.max_new_tokens is not None else max(config.max_length - m, 0)
-    check_context(model, m, new)
+    fed = (m - cache.start) if mask is None else mask[:, cache.start :].to(compressed_mask.device).long().sum(1)
+    check_context(model, int((cache.row_positions.to(compressed_mask.device) + fed).max()), new)
     return m - cache.start + new
+
+
+def check_fed_mask(mask: torch.Tensor, compressed: torch.Tensor, start: int, m: int) -> None:
+    """The ``attention_mask`` (b, m) of a ``generate`` call on a compressed cache: its first
+    columns are the compressed prompts' mask, and what follows the compressed context (a
+    question) is left-padded too, each row with at least one real token fed."""
+    b, width = compressed.shape
+    if tuple(mask.shape) != (b, m):
+        raise ValueError(f"attention_mask must have the shape of input_ids, ({b}, {m}), got {tuple(mask.shape)}")
+    mask = mask.to(compressed.device).long()
+    if not torch.equal(mask[:, :width], compressed):
+        raise ValueError("attention_mask must start with the compressed prompts' mask (the one given to compress)")
+    rest = mask[:, width:]
+    for row in range(b):
+        real = int(rest[row].sum())
+        zeros_then_ones = bool(((rest[row] == 0) | (rest[row] == 1)).all()) and bool(
+            (rest[row, rest.shape[1] - real :] == 1).all()
+        )
+        if not zeros_then_ones:
+            raise ValueError(
+                f"attention_mask row {row}: the columns after the compressed prompt must be left padding "
+                "(zeros, then ones)"
+            )
+        if real == 0 and start == width:
+            raise ValueError(
+                f"attention_mask row {row} feeds no token after the compressed context: every row needs a question"
+            )

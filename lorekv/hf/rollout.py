@@ -1,9 +1,12 @@
 """The model side of sampling: prefill once, then produce futures for a sampler.
 
-:class:`ModelRollout` implements :class:`lorekv.samplers.base.Rollout` over a transformers
-causal LM. The prompt is prefilled once into a :class:`PositionedCache`; every future is
-decoded from a batched view of that cache (M futures in one forward pass per step), so the
-prompt's own cache is never touched by the futures, and their KV is dropped with them.
+:class:`BatchRollout` prefills a left-padded batch of prompts in one pass into a
+:class:`PositionedCache` (row i's tokens at their own positions 0..n_i-1, the padding stored
+masked); each of its :attr:`~BatchRollout.rows` is a :class:`ModelRollout`, which implements
+:class:`lorekv.samplers.base.Rollout` for one prompt exactly as if it had been prefilled alone.
+Futures are decoded as branches of the prompt cache (M futures in one forward pass per step;
+:meth:`BatchRollout.decode`: the M futures of every row, b * M, in one pass), so the prompt's
+own cache is never touched by the futures, and their KV is dropped with them.
 """
 
 from __future__ import annotations
@@ -15,41 +18,40 @@ import torch
 from transformers import PreTrainedModel
 
 from lorekv.hf.attention import QueryCapture, forward
-from lorekv.hf.cache import PositionedCache, gather
+from lorekv.hf.cache import PADDING, PositionedCache, gather
 from lorekv.scores import Selection
 from lorekv.token_rules import TokenRule, token_stats
 from lorekv.trajectories import LayerCapture, Trajectories
 from lorekv.validation import check_int_at_least
 
 
-class ModelRollout:
-    """A prefilled prompt from which futures are drawn.
+class BatchRollout:
+    """A batch of prompts prefilled together, from which every row's futures are drawn.
 
-    The prompt is prefilled in one pass. ``cache`` holds all n tokens; ``head_cache``, the
-    cache as it stood after n-1 tokens (query-aware eviction re-feeds the last prompt token
-    through the compressed cache), shares its tensors: the prefill's sliding-window layers
-    keep one token more than the window needs, so that both can be cut from them.
-
-    Futures are decoded as branches of ``cache`` (:meth:`PositionedCache.branches`): the M
-    futures read the prompt's KV once per step, and only their own tokens are stored per
-    future.
+    The prompts come left-padded, as transformers generates: ``input_ids`` (b, N) with
+    ``lengths[i]`` real tokens at the end of row i. One prefill pass serves every row; its
+    ``cache`` holds all N columns and ``head_cache`` the first N - 1 (query-aware eviction
+    re-feeds each row's last token through the compressed cache), sharing the tensors: the
+    prefill's sliding-window layers keep one token more than the window needs, so that both
+    can be cut from them.
 
     Args:
         model: a causal LM prepared with :func:`lorekv.hf.attention.prepare`.
-        input_ids: (1, n) the prompt.
+        input_ids: (b, N) the prompts, left-padded.
+        lengths: the real token count n_i of each row (N for every row without padding).
         evict_layers: the layers whose queries are captured (the evictable ones).
         prefill_window: capture the last ``prefill_window`` prompt queries during prefill;
-            ``"all"`` captures every prompt query (H2O), (1, H, n, d) per layer. Token
+            ``"all"`` captures every prompt query (H2O), (b, H, N, d) per layer. Token
             statistics of the window need the prefill's logits at its positions: for an int
-            window they are kept ((w+1, V) floats); for ``"all"`` they are not, since (n, V)
-            logits would dwarf everything else, and :meth:`prompt_window` reports log-prob 0
-            and entropy 0 for those tokens (the window is one pseudo-future, so no aggregator
-            weight depends on them).
+            window they are kept ((w+1, V) floats a row); for ``"all"`` they are not, since
+            (n, V) logits would dwarf everything else, and :meth:`ModelRollout.prompt_window`
+            reports log-prob 0 and entropy 0 for those tokens (the window is one pseudo-future,
+            so no aggregator weight depends on them).
         tokenizer: the model's tokenizer, for samplers that feed text of their own (KVzip's
             repeat instruction); None when the caller has none.
-        candidates: how many leading prompt tokens are eviction candidates (n - 1 in
-            query-aware mode, n query-agnostic; default n), for samplers that evict on their
-            own before sampling (LAQ's draft cache).
+        pending: trailing prompt tokens of every row that are not eviction candidates (1 in
+            query-aware mode, 0 query-agnostic; default 0), for samplers that evict on their own
+            before sampling (LAQ's draft cache).
         stats_window: keep the logits of the last ``stats_window`` prompt positions for token
             statistics even when ``prefill_window`` is ``"all"``, so that one prefill serves
             both H2O's window and an int window (the evaluation grid shares prefills). Default:
@@ -57,6 +59,91 @@ class ModelRollout:
             reports zero statistics whatever it is, so its result does not depend on it.
         compile: decode the futures with lorekv's attention kernels compiled
             (:func:`lorekv.hf.attention.forward`'s ``compile``).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        input_ids: torch.Tensor,
+        lengths: Sequence[int],
+        evict_layers: Sequence[int],
+        prefill_window: int | Literal["all"] = 0,
+        *,
+        tokenizer: Any | None = None,
+        pending: int = 0,
+        stats_window: int | None = None,
+        compile: bool = False,
+    ) -> None:
+        b, width = input_ids.shape
+        self.lengths = tuple(int(n) for n in lengths)
+        if len(self.lengths) != b or not all(1 <= n <= width for n in self.lengths):
+            raise ValueError(f"lengths must give each of the {b} rows a length in [1, {width}], got {self.lengths}")
+        if not 0 <= pending <= min(self.lengths):
+            raise ValueError(f"pending must lie in [0, {min(self.lengths)}] (the shortest prompt), got {pending}")
+        if stats_window is None:
+            stats_window = 0 if prefill_window == "all" else prefill_window
+        check_int_at_least("stats_window", stats_window, 0)
+        self.model = model
+        self.compile = compile
+        self.input_ids = input_ids
+        self.evict_layers = frozenset(evict_layers)
+        self.tokenizer = tokenizer
+        self.pending = pending
+        self.prefill_window = prefill_window
+        if prefill_window == "all":
+            self.capture: QueryCapture | None = QueryCapture(self.evict_layers, last=None)
+        else:
+            self.capture = QueryCapture(self.evict_layers, last=prefill_window) if prefill_window > 0 else None
+        self.logits_kept = min(stats_window + 1, width)
+        device = input_ids.device
+        n = torch.tensor(self.lengths, device=device)
+        positions = torch.arange(width, device=device) - (width - n)[:, None]
+        positions = positions.masked_fill(positions < 0, PADDING)
+        prefill = PositionedCache.for_model(model.config, slack=1)
+        logits = forward(
+            model,
+            input_ids,
+            prefill,
+            positions,
+            capture=self.capture,
+            logits_to_keep=self.logits_kept,
+            padded=min(self.lengths) < width,
+        )
+        self.cache = prefill.trimmed(0)
+        self.head_cache = prefill.trimmed(1)
+        self.logits = logits
+        self.rows = tuple(ModelRollout.row_of(self, i) for i in range(b))
+
+    def decode(
+        self,
+        rules: Sequence[TokenRule],
+        num_futures: int,
+        num_tokens: int,
+        *,
+        keeps: Sequence[Selection] | None = None,
+    ) -> list[Trajectories]:
+        """Every row's futures (:meth:`ModelRollout.decode`, row i's tokens chosen by
+        ``rules[i]``, ``keeps[i]`` its draft selection) decoded together: b * M rows a step."""
+        if len(rules) != len(self.rows) or (keeps is not None and len(keeps) != len(self.rows)):
+            raise ValueError(f"rules and keeps must hold one entry per row ({len(self.rows)})")
+        if keeps is None:
+            source = self.cache
+        else:
+            source = PositionedCache.stack([row.draft_cache(keep) for row, keep in zip(self.rows, keeps, strict=True)])
+        return decode_rows(self.rows, source, rules, num_futures, num_tokens)
+
+
+class ModelRollout:
+    """A prefilled prompt from which futures are drawn: one row of a :class:`BatchRollout`.
+
+    ``ModelRollout(model, input_ids, ...)`` prefills a single prompt (1, n) (the arguments are
+    :class:`BatchRollout`'s, with ``candidates``: how many leading prompt tokens are eviction
+    candidates, n - 1 in query-aware mode and n query-agnostic, default n). ``cache`` holds
+    the prompt's n tokens, ``head_cache`` its first n - 1, both batch-1 and free of padding.
+
+    Futures are decoded as branches of ``cache`` (:meth:`PositionedCache.branches`): the M
+    futures read the prompt's KV once per step, and only their own tokens are stored per
+    future.
     """
 
     def __init__(
@@ -71,70 +158,67 @@ class ModelRollout:
         stats_window: int | None = None,
         compile: bool = False,
     ) -> None:
-        self.model = model
-        self.compile = compile
-        self.prompt_ids = input_ids
-        self.prompt_length = input_ids.shape[1]
-        self.evict_layers = frozenset(evict_layers)
-        self.tokenizer = tokenizer
-        n = self.prompt_length
-        self.candidates = n if candidates is None else candidates
-        if not 0 <= self.candidates <= n:
-            raise ValueError(f"candidates must lie in [0, {n}] (the prompt length), got {self.candidates}")
-        if prefill_window == "all":
-            self._captured = n
-            self._prefill_capture = QueryCapture(self.evict_layers, last=None)
-        else:
-            self._captured = min(prefill_window, n)
-            self._prefill_capture = QueryCapture(self.evict_layers, last=prefill_window) if prefill_window > 0 else None
-        if stats_window is None:
-            stats_window = 0 if prefill_window == "all" else prefill_window
-        check_int_at_least("stats_window", stats_window, 0)
-        keep = min(stats_window + 1, n)
-        prefill = PositionedCache.for_model(model.config, slack=1)
-        positions = torch.arange(n, device=input_ids.device)
-        logits = forward(model, input_ids, prefill, positions, capture=self._prefill_capture, logits_to_keep=keep)
-        self.cache = prefill.below(n)
-        self.head_cache = prefill.below(n - 1)
-        self.prompt_logits = logits[0]
-        self.last_logits = logits[:, -1]
+        n = input_ids.shape[1]
+        candidates = n if candidates is None else candidates
+        if not 0 <= candidates <= n:
+            raise ValueError(f"candidates must lie in [0, {n}] (the prompt length), got {candidates}")
+        batch = BatchRollout(
+            model,
+            input_ids,
+            [n],
+            evict_layers,
+            prefill_window,
+            tokenizer=tokenizer,
+            pending=n - candidates,
+            stats_window=stats_window,
+            compile=compile,
+        )
+        self.__dict__.update(batch.rows[0].__dict__)
 
-    def _positions(self, num_tokens: int) -> torch.Tensor:
+    @classmethod
+    def row_of(cls, batch: BatchRollout, index: int) -> ModelRollout:
+        """Row ``index`` of ``batch``: its tensors are views of the batch's, its padding left out."""
+        self = cls.__new__(cls)
+        n = batch.lengths[index]
+        self.model = batch.model
+        self.compile = batch.compile
+        self.batch = batch
+        self.index = index
+        self.prompt_ids = batch.input_ids[index : index + 1, batch.input_ids.shape[1] - n :]
+        self.prompt_length = n
+        self.evict_layers = batch.evict_layers
+        self.tokenizer = batch.tokenizer
+        self.candidates = n - batch.pending
+        window = batch.prefill_window
+        self._captured = n if window == "all" else min(window, n)
+        self.cache = batch.cache.row(index, n)
+        self.head_cache = batch.head_cache.row(index, n - 1)
+        self.prompt_logits = batch.logits[index, -min(batch.logits_kept, n) :]
+        self.last_logits = batch.logits[index : index + 1, -1]
+        return self
+
+    def positions(self, num_tokens: int) -> torch.Tensor:
         """(T,) the positions n..n+T-1 of a future's tokens, on the model's device."""
         return torch.arange(self.prompt_length, self.prompt_length + num_tokens, device=self.prompt_ids.device)
 
     def generator(self, seed: int) -> torch.Generator:
         return torch.Generator(device=self.last_logits.device).manual_seed(seed)
 
+    def draft_cache(self, keep: Selection) -> PositionedCache:
+        """The prompt cache restricted to ``keep`` (a selection among the n prompt tokens of
+        every evictable layer), positions preserved."""
+        if keep.num_tokens != self.prompt_length or set(keep.layer_indices) != self.evict_layers:
+            raise ValueError(
+                f"keep must select among the {self.prompt_length} prompt tokens of layers "
+                f"{sorted(self.evict_layers)}; got {keep.num_tokens} tokens, layers {list(keep.layer_indices)}"
+            )
+        return gather(self.cache, keep, limit=self.prompt_length)
+
     def decode(
         self, rule: TokenRule, num_futures: int, num_tokens: int, *, keep: Selection | None = None
     ) -> Trajectories:
-        check_int_at_least("num_futures", num_futures, 1)
-        check_int_at_least("num_tokens", num_tokens, 1)
-        if keep is None:
-            source = self.cache
-        else:
-            if keep.num_tokens != self.prompt_length or set(keep.layer_indices) != self.evict_layers:
-                raise ValueError(
-                    f"keep must select among the {self.prompt_length} prompt tokens of layers "
-                    f"{sorted(self.evict_layers)}; got {keep.num_tokens} tokens, layers {list(keep.layer_indices)}"
-                )
-            source = gather(self.cache, keep, limit=self.prompt_length)
-        cache = source.branches(num_futures)
-        cache.reserve(num_futures, num_tokens)
-        capture = QueryCapture(self.evict_layers)
-        logits = self.last_logits.expand(num_futures, -1)
-        positions = self._positions(num_tokens)
-        ids, logprobs, entropies = [], [], []
-        for t in range(num_tokens):
-            token = rule(logits)
-            lp, ent = token_stats(logits, token, validate=False)
-            ids.append(token), logprobs.append(lp), entropies.append(ent)
-            step = positions[t : t + 1]
-            logits = forward(self.model, token.view(-1, 1), cache, step, capture=capture, compile=self.compile)[:, -1]
-        return self._trajectories(
-            torch.stack(ids, 1), torch.stack(logprobs, 1), torch.stack(entropies, 1), capture, cache
-        )
+        source = self.cache if keep is None else self.draft_cache(keep)
+        return decode_rows([self], source, [rule], num_futures, num_tokens)[0]
 
     def teacher_force(self, token_ids: torch.Tensor) -> Trajectories:
         if token_ids.dim() != 2 or token_ids.shape[0] < 1 or token_ids.shape[1] < 1:
@@ -146,13 +230,16 @@ class ModelRollout:
         token_ids = token_ids.to(self.prompt_ids.device)
         cache = self.cache.branches(m)
         capture = QueryCapture(self.evict_layers)
-        positions = self._positions(t)
+        positions = self.positions(t)
         logits = forward(
             self.model, token_ids, cache, positions, capture=capture, logits_to_keep=t, compile=self.compile
         )
         before = torch.cat([self.last_logits.expand(m, -1).unsqueeze(1), logits[:, :-1]], dim=1)
         lp, ent = token_stats(before.flatten(0, 1), token_ids.flatten())
-        return self._trajectories(token_ids, lp.view(m, t), ent.view(m, t), capture, cache)
+        layers = self.layers(
+            capture.stacked, positions, capture, lambda idx: (cache.layers[idx].keys, cache.layers[idx].values)
+        )
+        return Trajectories(token_ids, lp.view(m, t), ent.view(m, t), layers, self.prompt_length)
 
     def prompt_window(self, window: int | Literal["all"]) -> Trajectories:
         n, captured = self.prompt_length, self._captured
@@ -176,32 +263,20 @@ class ModelRollout:
         lp, ent = token_stats(predicting, tokens[0, pad:])
         lp = torch.cat([lp.new_zeros(pad), lp]).unsqueeze(0)
         ent = torch.cat([ent.new_zeros(pad), ent]).unsqueeze(0)
-        capture = self._prefill_capture
+        capture, row = self.batch.capture, slice(self.index, self.index + 1)
 
         def window_queries(idx: int) -> torch.Tensor:
-            return capture.stacked(idx)[:, :, -window:]
+            return capture.stacked(idx)[row, :, -window:]
 
-        layers = self._layers(window_queries, torch.arange(n - window, n), capture, None)
+        layers = self.layers(window_queries, torch.arange(n - window, n), capture, None)
         return Trajectories(tokens, lp, ent, layers, n)
 
-    def _trajectories(
-        self,
-        token_ids: torch.Tensor,
-        logprobs: torch.Tensor,
-        entropies: torch.Tensor,
-        capture: QueryCapture,
-        cache: PositionedCache,
-    ) -> Trajectories:
-        n, t = self.prompt_length, token_ids.shape[1]
-        layers = self._layers(capture.stacked, self._positions(t), capture, cache)
-        return Trajectories(token_ids, logprobs, entropies, layers, n)
-
-    def _layers(
+    def layers(
         self,
         queries: Callable[[int], torch.Tensor],
         query_positions: torch.Tensor,
         capture: QueryCapture,
-        futures: PositionedCache | None,
+        responses: Callable[[int], tuple[torch.Tensor, torch.Tensor]] | None,
     ) -> tuple[LayerCapture, ...]:
         """One :class:`LayerCapture` per evictable layer.
 
@@ -209,25 +284,75 @@ class ModelRollout:
             queries: layer index -> (M, H, T, d) captured queries.
             query_positions: (T,) their positions.
             capture: where the output projections and scales were recorded.
-            futures: the futures' cache, branches of the prompt's whose own entries are the
-                response keys/values (None: no response keys, the prompt-window control).
+            responses: layer index -> the futures' own keys and values (M, G, R, d), the entries
+                after the prompt (None: no response keys, the prompt-window control).
         """
-        n = self.prompt_length
         layers = []
         for idx in sorted(self.evict_layers):
             prompt = self.cache.layers[idx]
-            source = prompt if futures is None else futures.layers[idx]
+            keys, values = prompt.keys[0], prompt.values[0]
+            if responses is None:
+                response_keys, response_values = keys[None, :, :0], values[None, :, :0]
+            else:
+                response_keys, response_values = responses(idx)
             layers.append(
                 LayerCapture(
                     layer_idx=idx,
                     queries=queries(idx),
-                    query_positions=query_positions.to(prompt.keys.device),
-                    prompt_keys=prompt.keys[0],
-                    prompt_values=prompt.values[0],
-                    response_keys=source.keys[:, :, n:] if futures is None else source.keys,
-                    response_values=source.values[:, :, n:] if futures is None else source.values,
+                    query_positions=query_positions.to(keys.device),
+                    prompt_keys=keys,
+                    prompt_values=values,
+                    response_keys=response_keys,
+                    response_values=response_values,
                     o_proj=capture.o_proj[idx],
                     scaling=capture.scaling[idx],
                 )
             )
         return tuple(layers)
+
+
+def decode_rows(
+    rows: Sequence[ModelRollout],
+    source: PositionedCache,
+    rules: Sequence[TokenRule],
+    num_futures: int,
+    num_tokens: int,
+) -> list[Trajectories]:
+    """M futures of T tokens for each of P rows, decoded together (P * M rows a step).
+
+    Args:
+        rows: the P rows, in the order of ``source``'s rows.
+        source: (P rows) the cache the futures continue, read as a shared prefix.
+        rules: row p's futures choose their tokens with ``rules[p]`` from its own (M, V) logits,
+            so a row's random draws do not depend on the other rows of the batch.
+        num_futures: M.
+        num_tokens: T.
+    """
+    check_int_at_least("num_futures", num_futures, 1)
+    check_int_at_least("num_tokens", num_tokens, 1)
+    m, first = num_futures, rows[0]
+    cache = source.branches(m)
+    cache.reserve(len(rows) * m, num_tokens)
+    capture = QueryCapture(first.evict_layers)
+    logits = torch.cat([row.last_logits for row in rows]).repeat_interleave(m, dim=0)
+    starts = torch.tensor([row.prompt_length for row in rows], device=logits.device).repeat_interleave(m)
+    positions = starts[:, None] + torch.arange(num_tokens, device=logits.device)
+    ids, logprobs, entropies = [], [], []
+    for t in range(num_tokens):
+        token = torch.cat([rule(logits[p * m : (p + 1) * m]) for p, rule in enumerate(rules)])
+        lp, ent = token_stats(logits, token, validate=False)
+        ids.append(token), logprobs.append(lp), entropies.append(ent)
+        step = positions[:, t : t + 1]
+        logits = forward(first.model, token.view(-1, 1), cache, step, capture=capture, compile=first.compile)[:, -1]
+    ids_, lp_, ent_ = torch.stack(ids, 1), torch.stack(logprobs, 1), torch.stack(entropies, 1)
+    out = []
+    for p, row in enumerate(rows):
+        span = slice(p * m, (p + 1) * m)
+        layers = row.layers(
+            lambda idx, span=span: capture.stacked(idx)[span],
+            row.positions(num_tokens),
+            capture,
+            lambda idx, span=span: (cache.layers[idx].keys[span], cache.layers[idx].values[span]),
+        )
+        out.append(Trajectories(ids_[span], lp_[span], ent_[span], layers, row.prompt_length))
+    return out

@@ -9,6 +9,7 @@ without a model and lets the pipeline batch the M futures in one forward pass pe
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal, Protocol
 
@@ -66,6 +67,28 @@ class Rollout(Protocol):
         ...
 
 
+class BatchRollout(Protocol):
+    """The rollouts of a batch of prompts prefilled together (a left-padded batch).
+
+    Attributes:
+        rows: one :class:`Rollout` per prompt, each exactly as if the prompt were alone.
+    """
+
+    rows: Sequence[Rollout]
+
+    def decode(
+        self,
+        rules: Sequence[TokenRule],
+        num_futures: int,
+        num_tokens: int,
+        *,
+        keeps: Sequence[Selection] | None = None,
+    ) -> list[Trajectories]:
+        """Every row's :meth:`Rollout.decode` in one batch of b * M futures a step: row i's
+        tokens are chosen by ``rules[i]`` from its own logits, ``keeps[i]`` is its draft."""
+        ...
+
+
 class SamplerConfig(ComponentConfig):
     """Base config of every sampler; its fields are options every sampler offers.
 
@@ -113,11 +136,25 @@ class Sampler(ABC):
         shared by every sampler.
         """
 
+    def sample_batch(self, batch: BatchRollout) -> list[Trajectories]:
+        """:meth:`sample` for every row of ``batch``, each row's futures exactly as alone.
+
+        The default samples row by row; samplers that decode override it to draw every row's
+        futures together (:meth:`BatchRollout.decode`), b * M futures a step.
+        """
+        return [self.sample(row) for row in batch.rows]
+
     def futures(self, rollout: Rollout) -> Trajectories:
         """:meth:`sample`, then the shared options: with ``include_last_prompt_query`` every
         layer's queries become (M, H, 1+T, d) at positions [n-1, n, ..., n+T-1], the prefill's
         query at n-1 first (see :func:`prepend_last_prompt_query`)."""
-        futures = self.sample(rollout)
+        return self._finish(rollout, self.sample(rollout))
+
+    def futures_batch(self, batch: BatchRollout) -> list[Trajectories]:
+        """:meth:`futures` of every row of ``batch`` (through :meth:`sample_batch`)."""
+        return [self._finish(row, t) for row, t in zip(batch.rows, self.sample_batch(batch), strict=True)]
+
+    def _finish(self, rollout: Rollout, futures: Trajectories) -> Trajectories:
         if not self.config.include_last_prompt_query or all(_holds_last(layer) for layer in futures.layers):
             return futures
         return prepend_last_prompt_query(futures, rollout.prompt_window(1))

@@ -8,7 +8,7 @@ import torch
 from pydantic import Field
 
 from lorekv import token_rules
-from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, check_futures
+from lorekv.samplers.base import SAMPLERS, BatchRollout, Rollout, Sampler, SamplerConfig, check_futures
 from lorekv.trajectories import Trajectories
 
 
@@ -42,3 +42,8 @@ class GreedySampler(Sampler):
         """Futures of shape (1, T)."""
         t = self.config.num_tokens
         return check_futures(rollout.decode(token_rules.greedy, 1, t), 1, t)
+
+    def sample_batch(self, batch: BatchRollout) -> list[Trajectories]:
+        """Every row's future decoded together."""
+        t = self.config.num_tokens
+        return [check_futures(f, 1, t) for f in batch.decode([token_rules.greedy] * len(batch.rows), 1, t)]

@@ -21,7 +21,7 @@ from pydantic import Field, field_validator
 
 from lorekv import token_rules
 from lorekv.policies.uniform import UniformConfig, UniformPolicy
-from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, check_futures
+from lorekv.samplers.base import SAMPLERS, BatchRollout, Rollout, Sampler, SamplerConfig, check_futures
 from lorekv.scorers.attention_mass import AttentionMassConfig, AttentionMassScorer
 from lorekv.scores import Scores, Selection
 from lorekv.trajectories import Trajectories
@@ -93,9 +93,21 @@ class LookaheadSampler(Sampler):
 
     def sample(self, rollout: Rollout) -> Trajectories:
         """Pseudo-future (1, w2 + T) at positions [n-w2, ..., n-1, n, ..., n+T-1], no response keys."""
+        t = self.config.num_tokens
+        return self.merge(rollout, rollout.decode(token_rules.greedy, 1, t, keep=self.draft(rollout)))
+
+    def sample_batch(self, batch: BatchRollout) -> list[Trajectories]:
+        """Every row's draft-decoded future decoded together (each from its own draft cache)."""
+        rows = batch.rows
+        drafted = batch.decode(
+            [token_rules.greedy] * len(rows), 1, self.config.num_tokens, keeps=[self.draft(row) for row in rows]
+        )
+        return [self.merge(row, futures) for row, futures in zip(rows, drafted, strict=True)]
+
+    def merge(self, rollout: Rollout, futures: Trajectories) -> Trajectories:
+        """Stage 2: the drafted future without its response keys, after the last w2 prompt queries."""
         cfg = self.config
-        t = cfg.num_tokens
-        futures = check_futures(rollout.decode(token_rules.greedy, 1, t, keep=self.draft(rollout)), 1, t)
+        futures = check_futures(futures, 1, cfg.num_tokens)
         layers = tuple(
             replace(
                 layer,

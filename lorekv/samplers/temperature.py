@@ -8,7 +8,7 @@ import torch
 from pydantic import Field
 
 from lorekv import token_rules
-from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig, check_futures
+from lorekv.samplers.base import SAMPLERS, BatchRollout, Rollout, Sampler, SamplerConfig, check_futures
 from lorekv.token_rules import TokenRule
 from lorekv.trajectories import Trajectories
 
@@ -50,3 +50,11 @@ class TemperatureSampler(Sampler):
         cfg = self.config
         futures = rollout.decode(self.rule(rollout.generator(cfg.seed)), cfg.num_futures, cfg.num_tokens)
         return check_futures(futures, cfg.num_futures, cfg.num_tokens)
+
+    def sample_batch(self, batch: BatchRollout) -> list[Trajectories]:
+        """Every row's futures drawn together, each row from its own generator seeded with
+        ``seed``: a row's futures do not depend on the batch it is in."""
+        cfg = self.config
+        rules = [self.rule(row.generator(cfg.seed)) for row in batch.rows]
+        futures = batch.decode(rules, cfg.num_futures, cfg.num_tokens)
+        return [check_futures(f, cfg.num_futures, cfg.num_tokens) for f in futures]

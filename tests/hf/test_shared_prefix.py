@@ -157,19 +157,11 @@ def test_futures_store_their_own_tokens_only_and_leave_the_prompt_cache_alone() 
     assert branch.get_seq_length() == 20
 
 
-def test_branches_need_a_batch_one_cache() -> None:
-    cache = PositionedCache([None])
-    layer = cache.layers[0]
-    layer.set(torch.zeros(2, 1, 3, 4), torch.zeros(2, 1, 3, 4), torch.arange(3).view(1, 1, 3).expand(2, 1, 3))
-    with pytest.raises(ValueError, match="batch-1"):
-        cache.branches(2)
-
-
 def test_prefill_capture_of_a_window_holds_only_the_window() -> None:
     """A view of the last w queries would keep every layer's (1, H, n, d) prefill queries alive."""
     model = prepare(tiny_llama(layers=2))
     rollout = ModelRollout(model, random_ids(30, seed=2), [0, 1], prefill_window=4)
     for idx in (0, 1):
-        (queries,) = rollout._prefill_capture.queries[idx]
+        (queries,) = rollout.batch.capture.queries[idx]
         assert queries.shape[2] == 4
         assert queries.untyped_storage().nbytes() == queries.numel() * queries.element_size()
