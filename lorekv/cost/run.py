@@ -191,7 +191,7 @@ def _memory(
         reference_prefill_seconds(model, ids)
     memory["transformers_prefill"] = meter.peak
     with PeakMemory(device) as meter:
-        rollout = lore.prefill(model, ids)
+        rollout = lore.prefill(model, ids).rows[0]
     memory["prefill"] = meter.peak
     with PeakMemory(device) as meter:
         snap.compress(model, ids)
@@ -217,7 +217,7 @@ def _scorers_alone(
     """Each scorer, eager and compiled, on the same futures: LORE-KV's (M = ``num_futures``),
     drawn untimed by the eager ``capture`` pipeline. Timed first thing at every length, so that
     each compiled kernel's compilation lands in its own first call (at the first length)."""
-    futures = capture.sampler.futures(capture.prefill(model, ids))
+    futures = capture.sampler.futures(capture.prefill(model, ids).rows[0])
     return {
         name: {
             kind: (None if s is None else repeat(lambda s=s: s.score(futures), repeats, clock))

@@ -157,7 +157,7 @@ def run_unit(
     timer = PhaseTimer(model.device)
     with timer.phase("prefill"):
         samplers = [p.sampler for _, p in built.values()]
-        rollout = prefill(model, prompt.ids, samplers, query_aware=prompt.query_aware, tokenizer=tokenizer)
+        rollout = prefill(model, prompt.ids, samplers, query_aware=prompt.query_aware, tokenizer=tokenizer).rows[0]
     floor = reference_prefill_seconds(model, prompt.ids)
 
     def row(cell: Cell, budget: int | None, generation: Generation, seconds: dict[str, float], kept: Any) -> None:
