@@ -1,0 +1,174 @@
+"""Batches: a left-padded batch of prompts of different lengths is compressed and answered
+row by row exactly as each prompt alone (issue 19).
+
+The reference for every row is the same pipeline run on that prompt alone (batch 1, no
+padding), through the model's own forward; the batch shares nothing with it but the weights.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from tiny_models import CharTokenizer, random_ids, tiny_gemma3, tiny_llama
+
+from lorekv.hf import PADDING, decode, decode_batch, prepare
+from lorekv.pipeline import Pipeline
+from lorekv.presets import PRESETS, preset
+
+LENGTHS = (34, 12, 26, 20)
+"""Four prompts: the longest first, one much shorter."""
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {"llama": prepare(tiny_llama(71, layers=2)), "gemma3": prepare(tiny_gemma3(72, window=6))}
+
+
+def left_padded(rows: list[torch.Tensor], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(b, N) ids and mask, each row's tokens at the right end."""
+    width = max(r.shape[1] for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - r.shape[1] :] = r[0]
+        mask[i, width - r.shape[1] :] = 1
+    return ids, mask
+
+
+def kept_sets(selection) -> list[list[int]]:
+    return [sorted(head.tolist()) for heads in selection.indices for head in heads]
+
+
+def row_entries(cache, row: int) -> list[list[list[int]]]:
+    """Each layer's real positions per KV head of one row (padding slots left out), sorted."""
+    out = []
+    for layer in cache.layers:
+        positions = layer.positions[row if layer.positions.shape[0] > 1 else 0]
+        out.append([sorted(p for p in head.tolist() if p != PADDING) for head in positions])
+    return out
+
+
+def pipeline_for(name: str) -> Pipeline:
+    parameters = inspect.signature(PRESETS[name]).parameters
+    options = {key: 4 for key in ("window", "draft_window") if key in parameters}
+    return Pipeline.from_config(preset(name, 8, **options))
+
+
+PROMPTS = [random_ids(n, seed=100 + i) for i, n in enumerate(LENGTHS)]
+QUESTIONS = [random_ids(q, seed=200 + i) for i, q in enumerate((3, 1, 2, 3))]
+
+
+@pytest.mark.parametrize("query_aware", [True, False], ids=["query-aware", "query-agnostic"])
+@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_every_preset_compresses_and_answers_each_row_as_alone(models, arch: str, name: str, query_aware: bool) -> None:
+    model, tokenizer = models[arch], CharTokenizer()
+    pipeline = pipeline_for(name)
+    ids, mask = left_padded(PROMPTS)
+    batch = pipeline.compress(model, ids, attention_mask=mask, query_aware=query_aware, tokenizer=tokenizer)
+    questions, question_mask = (None, None) if query_aware else left_padded(QUESTIONS)
+    answers = decode_batch(model, batch, questions, question_mask, 3)
+    assert batch.lengths == LENGTHS and len(answers) == len(LENGTHS)
+    for i, prompt in enumerate(PROMPTS):
+        alone = pipeline.compress(model, prompt, query_aware=query_aware, tokenizer=tokenizer)
+        assert kept_sets(batch.selections[i]) == kept_sets(alone.selection), f"row {i}"
+        assert batch.row_stats[i].kept == alone.stats.kept
+        assert batch.row_stats[i].bytes_kept == alone.stats.bytes_kept
+        assert row_entries(batch, i) == row_entries(alone, 0), f"row {i}: the cache holds what the row alone holds"
+        n = LENGTHS[i]
+        assert all(0 <= p < n for layer in row_entries(batch, i) for head in layer for p in head), "no padding kept"
+        answer = decode(model, alone, None if query_aware else QUESTIONS[i], 3)
+        torch.testing.assert_close(answers[i].first_logits, answer.first_logits, rtol=0, atol=1e-9)
+        assert answers[i].token_ids.tolist() == answer.token_ids.tolist()
+    first = [a.first_logits for a in answers]
+    assert min((first[0] - f).abs().max() for f in first[1:]) > 1e-3, "rows differ: the comparison can fail"
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_permuting_the_rows_permutes_the_kept_sets(models, name: str) -> None:
+    model, pipeline = models["gemma3"], pipeline_for(name)
+    order = [2, 0, 3, 1]
+    ids, mask = left_padded(PROMPTS)
+    permuted_ids, permuted_mask = left_padded([PROMPTS[i] for i in order])
+    batch = pipeline.compress(model, ids, attention_mask=mask, tokenizer=CharTokenizer())
+    permuted = pipeline.compress(model, permuted_ids, attention_mask=permuted_mask, tokenizer=CharTokenizer())
+    for slot, row in enumerate(order):
+        assert kept_sets(permuted.selections[slot]) == kept_sets(batch.selections[row])
+
+
+def test_a_rows_sampled_futures_do_not_depend_on_its_batch(models) -> None:
+    model, pipeline = models["llama"], pipeline_for("lore_kv")
+    ids, mask = left_padded(PROMPTS[:2])
+    first = pipeline.prefill(model, ids, attention_mask=mask)
+    ids, mask = left_padded([PROMPTS[2], PROMPTS[0], PROMPTS[3]])
+    second = pipeline.prefill(model, ids, attention_mask=mask)
+    a = pipeline.sampler.futures_batch(first)[0]
+    b = pipeline.sampler.futures_batch(second)[1]
+    assert a.token_ids.shape == (4, 8) and torch.equal(a.token_ids, b.token_ids)
+    torch.testing.assert_close(a.layers[0].queries, b.layers[0].queries, rtol=0, atol=1e-9)
+
+
+def test_model_generate_continues_a_batch_and_stops_each_row_at_its_own_eos(models) -> None:
+    model, pipeline = models["llama"], pipeline_for("snapkv")
+    ids, mask = left_padded(PROMPTS)
+    compressed = pipeline.compress(model, ids, attention_mask=mask)
+    alone = [model.generate(p, cache=pipeline.compress(model, p), max_new_tokens=6, do_sample=False) for p in PROMPTS]
+    eos = int(alone[1][0, LENGTHS[1]])  # row 1 stops at once
+    assert any(int(a[0, n]) != eos for a, n in zip(alone, LENGTHS, strict=True)), "another row goes on"
+    out = model.generate(
+        ids, attention_mask=mask, cache=compressed.fork(), max_new_tokens=6, do_sample=False, eos_token_id=eos,
+        pad_token_id=0,
+    )  # fmt: skip
+    width = ids.shape[1]
+    for i, (single, n) in enumerate(zip(alone, LENGTHS, strict=True)):
+        want = single[0, n:].tolist()
+        if eos in want:
+            want = want[: want.index(eos) + 1]
+        assert out[i, width : width + len(want)].tolist() == want, f"row {i}"
+        assert set(out[i, width + len(want) :].tolist()) <= {0}, "a finished row only pads"
+
+
+def test_rows_of_a_compressed_batch_answer_as_in_the_batch(models) -> None:
+    model, pipeline = models["gemma3"], pipeline_for("lore_kv")
+    ids, mask = left_padded(PROMPTS)
+    compressed = pipeline.compress(model, ids, attention_mask=mask, query_aware=False)
+    questions, question_mask = left_padded(QUESTIONS)
+    everyone = decode_batch(model, compressed, questions, question_mask, 2)
+    some = decode_batch(model, compressed.rows([3, 1]), *left_padded([QUESTIONS[3], QUESTIONS[1]]), 2)
+    for got, row in zip(some, [3, 1], strict=True):
+        torch.testing.assert_close(got.first_logits, everyone[row].first_logits, rtol=0, atol=1e-9)
+    assert compressed.rows([3, 1]).row_stats == (compressed.row_stats[3], compressed.row_stats[1])
+    with pytest.raises(ValueError, match="row_stats"):
+        compressed.stats  # noqa: B018
+
+
+def bad_batches():
+    ids, mask = left_padded(PROMPTS[:3])
+    right = mask.clone()
+    right[1] = mask[1].flip(0)
+    empty = mask.clone()
+    empty[2] = 0
+    short_ids, short_mask = left_padded([PROMPTS[0], random_ids(3, seed=9)])
+    long_ids, long_mask = left_padded([random_ids(20, seed=3), random_ids(505, seed=4)])
+    return [
+        pytest.param(ids, right, "row 1 is not left padding", id="right-padding"),
+        pytest.param(ids, empty, "row 2 is all padding", id="all-padding"),
+        pytest.param(ids, mask[:, 1:], r"shape of input_ids", id="mask-shape"),
+        pytest.param(short_ids, short_mask, "row 1: window must be <= the prompt length 3", id="row-too-short"),
+        pytest.param(long_ids, long_mask, "row 1: .*context", id="row-over-the-context"),
+    ]
+
+
+@pytest.mark.parametrize("ids,mask,match", bad_batches())
+def test_bad_batches_are_refused_before_model_work_naming_the_row(models, ids, mask, match) -> None:
+    model = models["llama"]
+    calls = []
+    handle = model.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match=match):
+            pipeline_for("snapkv").generate_batch(model, ids, 4, attention_mask=mask)
+    finally:
+        handle.remove()
+    assert not calls
