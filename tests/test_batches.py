@@ -151,7 +151,7 @@ def bad_batches():
     empty = mask.clone()
     empty[2] = 0
     short_ids, short_mask = left_padded([PROMPTS[0], random_ids(3, seed=9)])
-    long_ids, long_mask = left_padded([random_ids(20, seed=3), random_ids(505, seed=4)])
+    long_ids, long_mask = left_padded([random_ids(20, seed=3), random_ids(510, seed=4)])
     return [
         pytest.param(ids, right, "row 1 is not left padding", id="right-padding"),
         pytest.param(ids, empty, "row 2 is all padding", id="all-padding"),
