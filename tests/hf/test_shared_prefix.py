@@ -90,6 +90,55 @@ def test_cascade_attention_equals_attention_over_the_concatenation(
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
+@given(
+    rows=st.integers(2, 3),
+    per_row=st.integers(1, 3),
+    prefix_len=st.integers(2, 8),
+    q=st.integers(1, 2),
+    window=st.sampled_from([None, 4]),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=40, deadline=None)
+def test_cascade_attention_over_a_batch_of_prefixes_reads_each_branchs_own_row(
+    rows, per_row, prefix_len, q, window, seed
+) -> None:
+    """P left-padded prefix rows of different lengths, each continued by its own branches at its
+    own positions: branch b sees prefix row b // per_row only, as the concatenation does."""
+    gen = torch.Generator().manual_seed(seed)
+    g, h, d = 1, 2, 8
+    lengths = torch.randint(1, prefix_len + 1, (rows,), generator=gen)
+    positions = torch.arange(prefix_len) - (prefix_len - lengths)[:, None]
+    prefix_pos = positions.masked_fill(positions < 0, PADDING).view(rows, 1, prefix_len).repeat(1, g, 1)
+    prefix_keys = torch.randn(rows, g, prefix_len, d, generator=gen)
+    prefix_values = torch.randn(rows, g, prefix_len, d, generator=gen)
+    b = rows * per_row
+    starts = lengths.repeat_interleave(per_row)
+    query_pos = starts[:, None] + torch.arange(q)
+    keys = torch.randn(b, g, q, d, generator=gen)
+    values = torch.randn(b, g, q, d, generator=gen)
+    key_pos = query_pos.view(b, 1, q).expand(b, g, q).contiguous()
+    query = torch.randn(b, h, q, d, generator=gen)
+    got = shared_prefix_attention(
+        query, keys, values, key_pos, query_pos, prefix_keys, prefix_values, prefix_pos, True, window, 0.35
+    )
+    for branch in range(b):
+        row = branch // per_row
+        for qi in range(q):
+            want = reference_attention(
+                query[branch : branch + 1, :, qi : qi + 1],
+                prefix_keys[row : row + 1],
+                prefix_values[row : row + 1],
+                prefix_pos[row : row + 1],
+                keys[branch : branch + 1],
+                values[branch : branch + 1],
+                key_pos[branch : branch + 1],
+                query_pos[branch, qi : qi + 1],
+                window,
+                0.35,
+            )
+            torch.testing.assert_close(got[branch : branch + 1, :, qi : qi + 1].double(), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("kernel", [partial_attention, reference_partial_attention], ids=["fused-cpu", "reference"])
 @pytest.mark.parametrize("masked", [False, True])
 def test_partial_attention_equals_float64_softmax(kernel, masked: bool) -> None:

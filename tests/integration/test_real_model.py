@@ -141,3 +141,24 @@ def test_text_pipeline_answers_two_questions_from_one_compression(smollm2) -> No
     assert stats.kept == tuple((64, 64, 64) for _ in range(30))
     alone = pipe(context, question=questions[1], method=preset("lore_kv", 64), max_new_tokens=12)
     assert alone["answer"] == out["answers"][1], "one compression for both questions answers as one for each"
+
+
+def test_a_batch_of_needle_prompts_answers_as_four_batch_one_runs(smollm2) -> None:
+    """Four needle prompts of different lengths, left-padded, compressed and answered together."""
+    model, tokenizer = smollm2
+    prompts = [
+        make_sample("niah_single", tokenizer, n, seed=i).prompt_ids(tokenizer)
+        for i, n in enumerate((520, 300, 420, 260))
+    ]
+    width = max(p.shape[1] for p in prompts)
+    ids = torch.full((4, width), tokenizer.pad_token_id or 0, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - p.shape[1] :], mask[i, width - p.shape[1] :] = p[0], 1
+    pipeline = Pipeline.from_config(preset("lore_kv", 128))
+    batch = pipeline.generate_batch(model, ids, 12, attention_mask=mask, eos_token_id=eos(tokenizer))
+    for i, prompt in enumerate(prompts):
+        alone = pipeline.generate(model, prompt, 12, eos_token_id=eos(tokenizer))
+        assert batch[i].token_ids.tolist() == alone.token_ids.tolist(), f"row {i}"
+        torch.testing.assert_close(batch[i].first_logits, alone.first_logits, rtol=1e-4, atol=1e-3)
+        assert batch[i].stats.kept == alone.stats.kept
