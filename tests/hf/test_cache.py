@@ -102,3 +102,51 @@ def test_position_mask_matches_definition(key_positions, query_positions, window
         for j, k in enumerate(key_positions):
             expected = k != PADDING and k <= q and (window is None or q - k < window)
             assert bool(mask[i, j]) == expected
+
+
+@given(
+    counts=st.lists(st.lists(st.integers(0, 6), min_size=2, max_size=2), min_size=1, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=60, deadline=None)
+def test_stack_left_pads_rows_and_keeps_each_rows_entries_and_mask(counts, seed) -> None:
+    """B one-row caches (ragged heads) stacked: row b holds exactly its own entries, padding
+    (position -1) only on the left, and the position mask of row b is the row's own."""
+    gen = torch.Generator().manual_seed(seed)
+    caches = []
+    for heads in counts:
+        width = max(max(heads), 1)
+        positions = torch.full((1, 2, width), PADDING)
+        for g, k in enumerate(heads):
+            positions[0, g, width - k :] = torch.randperm(20, generator=gen)[:k].sort().values
+        cache = PositionedCache([None])
+        cache.layers[0].set(
+            torch.randn(1, 2, width, 4, generator=gen),
+            torch.randn(1, 2, width, 4, generator=gen),
+            positions,
+            padded=True,
+        )
+        caches.append(cache)
+    stacked = PositionedCache.stack(caches).layers[0]
+    width = max(c.layers[0].keys.shape[2] for c in caches)
+    assert stacked.keys.shape == (len(caches), 2, width, 4)
+    queries = torch.tensor([[25]])
+    for b, cache in enumerate(caches):
+        own = cache.layers[0]
+        pad = width - own.keys.shape[2]
+        assert (stacked.positions[b, :, :pad] == PADDING).all()
+        assert torch.equal(stacked.positions[b, :, pad:], own.positions[0])
+        assert torch.equal(stacked.keys[b, :, pad:], own.keys[0]) and torch.equal(
+            stacked.values[b, :, pad:], own.values[0]
+        )
+        mask = position_mask(stacked.positions[b : b + 1], queries, None)[..., pad:]
+        assert torch.equal(mask, position_mask(own.positions, queries, None))
+
+
+def test_position_mask_places_each_rows_queries_at_its_own_positions() -> None:
+    keys = torch.tensor([[[PADDING, 0, 1, 2]], [[0, 1, 2, 3]]])
+    queries = torch.tensor([[1], [3]])
+    mask = position_mask(keys, queries, window=None)
+    assert mask[:, 0, 0].tolist() == [[False, True, True, False], [True, True, True, True]]
+    swapped = position_mask(keys.flip(0), queries.flip(0), window=None)
+    assert torch.equal(swapped, mask.flip(0)), "permuting the rows permutes the mask"
