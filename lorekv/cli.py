@@ -336,9 +336,13 @@ def bench(
         str | None, typer.Option(help="float32, bfloat16 or float16 (default: float32 on cpu, bfloat16 on cuda).")
     ] = None,
     compile: Annotated[bool, typer.Option("--compile/--no-compile", help="Also time the compiled scorers.")] = True,
+    batch_sizes: Annotated[
+        str, typer.Option(help="Batch sizes b of the batch throughput, comma-separated; must include 1.")
+    ] = "1,2,4,8",
     out: Annotated[Path | None, typer.Option(help="JSON file (default: results/bench/<model>-<device>.json).")] = None,
 ) -> None:
-    """Time compression against transformers' prefill and SnapKV; phases, scorers, memory, growth, decoding."""
+    """Time compression against transformers' prefill and SnapKV; phases, scorers, memory, growth, decoding,
+    batch throughput."""
     from lorekv.cost import (
         BenchConfig,
         default_out,
@@ -354,6 +358,7 @@ def bench(
         model=model, lengths=parse_ints("lengths", lengths), futures=parse_ints("futures", futures),
         num_futures=num_futures, tokens=tokens, budget=budget, repeats=repeats, decode_tokens=decode_tokens,
         scorers=parse_names("scorers", scorers), threads=threads, device=device, dtype=dtype, compile=compile,
+        batch_sizes=parse_ints("batch_sizes", batch_sizes),
     )  # fmt: skip
     config.check_context(known_context(model))
     out = out or default_out(model, device)

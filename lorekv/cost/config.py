@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from lorekv.cost.prompts import batch_lengths
 from lorekv.pipeline import Pipeline
 from lorekv.presets import preset
 from lorekv.scorers.base import SCORERS
@@ -35,6 +36,7 @@ from lorekv.scorers.base import SCORERS
 DEFAULT_LENGTHS = (512, 1024, 2048, 4096)
 DEFAULT_FUTURES = (1, 2, 4, 8)
 DEFAULT_SCORERS = ("attention_mass", "loo", "projected_loo")
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 
@@ -74,6 +76,8 @@ class BenchConfig(BaseModel):
         dtype: the weights' dtype; None: float32 on the CPU, bfloat16 on CUDA.
         compile: also time the torch.compile'd scorers (and compress with them).
         seed: the prompts' seed.
+        batch_sizes: the b of the batch throughput (LORE-KV compression and decoding of b ragged
+            prompts at once, :func:`~lorekv.cost.prompts.batch_lengths`); must hold 1, the reference.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -92,6 +96,7 @@ class BenchConfig(BaseModel):
     dtype: Dtype | None = None
     compile: StrictBool = True
     seed: StrictInt = Field(default=0, ge=0)
+    batch_sizes: tuple[StrictInt, ...] = DEFAULT_BATCH_SIZES
 
     @field_validator("lengths")
     @classmethod
@@ -102,6 +107,14 @@ class BenchConfig(BaseModel):
     @classmethod
     def _futures(cls, value: tuple[int, ...]) -> tuple[int, ...]:
         return _ints("futures", value, 1)
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _batch_sizes(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        value = _ints("batch_sizes", value, 1)
+        if 1 not in value:
+            raise ValueError(f"batch_sizes must include 1 (the reference of the ratios), got {list(value)}")
+        return value
 
     @field_validator("scorers")
     @classmethod
@@ -145,6 +158,16 @@ class BenchConfig(BaseModel):
                     pipeline.policy.check_budget(n - 1, 1)
                 except ValueError as error:
                     raise _invalid("lengths", f"{n} does not fit budget {self.budget}: {error}", n) from None
+        lore = pipelines["lore_kv"]
+        for n in self.lengths:  # the batch's shorter rows (LORE-KV only)
+            for length in set(batch_lengths(n, max(self.batch_sizes))) - {n}:
+                try:
+                    if lore.sampler.prefill_window != "all" and lore.sampler.prefill_window > length:
+                        raise ValueError(f"the LORE-KV window {lore.sampler.prefill_window} does not fit")
+                    lore.policy.check_budget(length - 1, 1)
+                except ValueError as error:
+                    message = f"{n}: a batch row of {length} tokens does not fit budget {self.budget}: {error}"
+                    raise _invalid("batch_sizes", message, self.batch_sizes) from None
         return self
 
     def pipelines(self) -> dict[str, Pipeline]:

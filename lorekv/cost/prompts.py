@@ -1,4 +1,5 @@
-"""Prompts of exactly n tokens: a needle task's chat prompt with its haystack cut to fit."""
+"""Prompts of exactly n tokens: a needle task's chat prompt with its haystack cut to fit; ragged
+left-padded batches of them."""
 
 from __future__ import annotations
 
@@ -39,3 +40,23 @@ def prompt_of_length(tokenizer: PreTrainedTokenizerBase, n: int, seed: int = 0) 
         ids = torch.cat([context, question], dim=1)[:, :n]
     assert ids.shape == (1, n), ids.shape
     return ids
+
+
+def batch_lengths(n: int, b: int) -> tuple[int, ...]:
+    """The prompt lengths of a batch of ``b`` at length ``n``: row i has n - (i mod 8) * (n // 16)
+    tokens (n, 15n/16, ..., 9n/16, then again), so row 0 is the batch-1 prompt and the rows are ragged."""
+    return tuple(n - (i % 8) * (n // 16) for i in range(b))
+
+
+def prompt_batch(
+    tokenizer: PreTrainedTokenizerBase, n: int, b: int, seed: int = 0, pad_id: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(b, n) left-padded ``input_ids`` and their (b, n) ``attention_mask``: row i is
+    :func:`prompt_of_length` at :func:`batch_lengths` ``(n, b)[i]`` with seed ``seed + i`` (its own
+    haystack and needle), padded on the left with ``pad_id``."""
+    ids = torch.full((b, n), pad_id, dtype=torch.long)
+    mask = torch.zeros((b, n), dtype=torch.long)
+    for i, length in enumerate(batch_lengths(n, b)):
+        ids[i, n - length :] = prompt_of_length(tokenizer, length, seed + i)[0]
+        mask[i, n - length :] = 1
+    return ids, mask

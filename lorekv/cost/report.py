@@ -10,6 +10,8 @@ from typing import Any
 
 from lorekv.runfiles import atomic_write_text
 
+THROUGHPUTS = ("prompts_per_second", "prompt_tokens_per_second", "generated_tokens_per_second")
+
 SECTIONS = (
     "Machine",
     "Compression",
@@ -19,6 +21,7 @@ SECTIONS = (
     "Memory",
     "Growth",
     "Decoding",
+    "Batch throughput",
 )
 
 
@@ -226,7 +229,35 @@ def render(results: dict[str, Any]) -> str:
         )
     )
     parts.append(table(f"Decoding ((t_{k} - t_1) / {k - 1} per token; median)", header, decode_rows))
+    if results.get("batch"):
+        parts.append(_batch(results))
     return "\n\n".join(parts) + "\n"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def _batch(results: dict[str, Any]) -> str:
+    """Per n and b: seconds of a batch's compression and decoding, prompts/s, prompt tokens/s
+    (compression), generated tokens/s (decoding), and each throughput over b = 1's."""
+    settings = results["settings"]
+    header = ["", "prompt tok", "compress", "decode"]
+    header += [part for label in ("prompts/s", "prompt tok/s", "gen tok/s") for part in (label, "/ b=1")]
+    rows = []
+    for key, per_b in results["batch"].items():
+        for entry in per_b.values():
+            medians = entry["phase_medians"]
+            row = [f"n={key} b={entry['b']}", str(sum(entry["prompt_lengths"]))]
+            row += [seconds(medians.get("compression")), seconds(medians.get("decoding"))]
+            row += [cell for name in THROUGHPUTS for cell in (_rate(entry[name]), ratio(entry["over_b1"][name]))]
+            rows.append(row)
+    title = (
+        f"Batch throughput (LORE-KV M={settings['num_futures']}, B={settings['budget']}, then "
+        f"K={settings['decode_tokens']} tokens per row; rows n, 15n/16, ... left-padded; median of "
+        f"{settings['repeats']} runs)"
+    )
+    return table(title, header, rows)
 
 
 def lengths_n(results: dict[str, Any], key: str) -> int:

@@ -6,8 +6,9 @@ prefill, lorekv's prefill, SnapKV and LORE-KV compression (with phases), peak me
 loaded model, sampling and scoring for every M of the sweep (one prefill per n, the phases
 called directly), T batch-1 decode steps of transformers on the full cache, and decoding speed
 (transformers' ``generate`` on the full and on the compressed cache, lorekv's conveniences on
-both). Then the fitted growth exponents and the first-call overheads. The targets these figures are held to are
-documentation (docs/performance.md), not code.
+both). Then, per n, the batch throughput: LORE-KV compression and decoding of b ragged prompts
+at once for every b of ``batch_sizes``. Then the fitted growth exponents and the first-call
+overheads. The targets these figures are held to are documentation (docs/performance.md), not code.
 
 Every timing is a warm-up call then ``repeats`` timed calls; the JSON keeps them all.
 """
@@ -26,12 +27,14 @@ import torch
 from lorekv.cost.baselines import decode_steps, generate_from, generate_tokens, prefilled_cache
 from lorekv.cost.config import BenchConfig, known_context
 from lorekv.cost.measure import Clock, PeakMemory, PerToken, Timed, fit_exponent, per_token, repeat, repeat_seconds
-from lorekv.cost.prompts import prompt_of_length
+from lorekv.cost.prompts import batch_lengths, prompt_batch, prompt_of_length
+from lorekv.cost.report import THROUGHPUTS
 from lorekv.hf import (
     CompressedCache,
     ModelRollout,
     continue_full,
     decode,
+    decode_batch,
     max_positions,
     now,
     reference_prefill_seconds,
@@ -106,6 +109,9 @@ def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> 
     lengths: dict[str, Any] = {}
     for n in config.lengths:
         lengths[str(n)] = measure_length(model, tokenizer, n, config, methods, scorers, clock, say)
+    batch = {
+        str(n): measure_batches(model, tokenizer, n, config, methods["lore_kv"], clock, say) for n in config.lengths
+    }
     results: dict[str, Any] = {
         "type": "lorekv-bench",
         "version": 1,
@@ -119,6 +125,7 @@ def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> 
         "commit": git_commit(),
         "started": started,
         "lengths": lengths,
+        "batch": batch,
     }
     results["growth"] = growth(results)
     results["first_call_overhead"] = compile_costs(results)
@@ -267,6 +274,69 @@ def _decoding(
         "generate_compressed": compressed_generate,
         "lorekv_full": full,
         "lorekv_compressed": after,
+    }
+
+
+def measure_batches(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    n: int,
+    config: BenchConfig,
+    lore: Pipeline,
+    clock: Clock,
+    say: Log,
+) -> dict[str, Any]:
+    """Batch throughput at length ``n``: for every b of ``batch_sizes``, one timed call is LORE-KV's
+    compression of a left-padded batch of b prompts (:func:`~lorekv.cost.prompts.prompt_batch`:
+    rows of n, 15n/16, ... tokens, each its own needle task) followed by decoding K =
+    ``decode_tokens`` tokens for every row in one ``model.generate`` call on a fork of the
+    compressed cache (:func:`~lorekv.hf.decode_batch`, no end-of-sequence stop), with the
+    compression's and the decoding's seconds kept apart as phases. Returns, per b, the timing
+    and its throughputs (see :func:`throughput`) and their ratios to b = 1."""
+    say(f"n={n}: batch throughput for b in {list(config.batch_sizes)}")
+    device = torch.device(config.device)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    k = config.decode_tokens
+    out: dict[str, Any] = {}
+    for b in config.batch_sizes:
+        ids, mask = prompt_batch(tokenizer, n, b, config.seed, pad)
+        ids, mask = ids.to(device), mask.to(device)
+        lore.check_input(model, ids, attention_mask=mask, query_aware=True, extra=k)
+
+        def answer(ids: torch.Tensor = ids, mask: torch.Tensor = mask) -> dict[str, float]:
+            start = clock()
+            compressed = lore.compress(model, ids, attention_mask=mask)
+            middle = clock()
+            decode_batch(model, compressed, None, None, k)
+            return {"compression": middle - start, "decoding": clock() - middle}
+
+        timed = repeat(answer, config.repeats, clock, phases=lambda parts: parts)
+        out[str(b)] = {"b": b, "prompt_lengths": list(batch_lengths(n, b)), **timed.to_dict()}
+        out[str(b)].update(throughput(out[str(b)], k))
+    reference = out["1"]
+    for entry in out.values():
+        entry["over_b1"] = {key: _ratio(entry[key], reference[key]) for key in THROUGHPUTS}
+    return out
+
+
+def throughput(entry: dict[str, Any], decode_tokens: int) -> dict[str, float | None]:
+    """The throughputs of one batch timing (medians over the timed runs):
+
+    - ``prompts_per_second``: b / the median seconds of compression plus decoding;
+    - ``prompt_tokens_per_second``: the batch's real prompt tokens (padding left out) / the
+      median seconds of the compression alone;
+    - ``generated_tokens_per_second``: b * K / the median seconds of the decoding alone (K =
+      ``decode_tokens`` per row, the first one included).
+    """
+    b, medians = entry["b"], entry["phase_medians"]
+
+    def per(amount: float, seconds: float | None) -> float | None:
+        return None if seconds is None or seconds <= 0 else amount / seconds
+
+    return {
+        "prompts_per_second": per(b, entry["median"]),
+        "prompt_tokens_per_second": per(sum(entry["prompt_lengths"]), medians.get("compression")),
+        "generated_tokens_per_second": per(b * decode_tokens, medians.get("decoding")),
     }
 
 

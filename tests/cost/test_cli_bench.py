@@ -30,13 +30,14 @@ def test_bench_parses_runs_prints_and_writes(monkeypatch, tiny_results, tmp_path
     code, output = run(
         "bench", "--lengths", "64,32", "--futures", "1,2", "--num-futures", "2", "--repeats", "1",
         "--decode-tokens", "3", "--budget", "40", "--tokens", "4", "--scorers", "loo,projected_loo",
-        "--threads", "1", "--no-compile", "--out", str(out),
+        "--threads", "1", "--no-compile", "--batch-sizes", "4,1", "--out", str(out),
     )  # fmt: skip
     assert code == 0, output
     config = seen["config"]
     assert config.lengths == (32, 64) and config.futures == (1, 2) and config.num_futures == 2
     assert (config.repeats, config.decode_tokens, config.budget, config.tokens) == (1, 3, 40, 4)
     assert config.scorers == ("loo", "projected_loo") and config.threads == 1 and config.compile is False
+    assert config.batch_sizes == (1, 4)
     assert "== Decoding" in output and "progress line" in output
     assert json.loads(out.read_text())["lengths"].keys() == {"32", "64"}
     assert output.rstrip().endswith(f"Wrote {out}")
@@ -49,6 +50,7 @@ def test_bench_defaults(monkeypatch, tiny_results, tmp_path) -> None:
     code, output = run("bench")
     assert code == 0, output
     assert seen["c"].lengths == (512, 1024, 2048, 4096) and seen["c"].compile is True
+    assert seen["c"].batch_sizes == (1, 2, 4, 8)
     assert (tmp_path / "results" / "bench" / "smollm2-135m-instruct-cpu.json").is_file()
 
 
@@ -67,6 +69,8 @@ def test_bench_defaults(monkeypatch, tiny_results, tmp_path) -> None:
         (["--dtype", "half"], "dtype"),
         (["--threads", "0"], "threads"),
         (["--out", "."], r"out: \. is a directory"),
+        (["--batch-sizes", "2,4"], r"batch_sizes must include 1"),
+        (["--batch-sizes", "1,x"], r"batch_sizes must be comma-separated integers"),
     ],
 )
 def test_bad_options_fail_before_the_model_loads(monkeypatch, args, match) -> None:

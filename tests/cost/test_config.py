@@ -19,6 +19,7 @@ def test_the_defaults_are_the_issues_settings() -> None:
     assert config.scorers == ("attention_mass", "loo", "projected_loo") and config.compile
     assert config.resolved_dtype == "float32" and config.resolved_threads >= 1
     assert config.positions_needed == 4096 + 32
+    assert config.batch_sizes == (1, 2, 4, 8)
 
 
 @pytest.mark.parametrize(
@@ -42,6 +43,10 @@ def test_the_defaults_are_the_issues_settings() -> None:
         ({"repeats": True}, r"repeats"),
         ({"lengths": ("512",)}, r"lengths"),
         ({"unknown": 1}, r"unknown"),
+        ({"batch_sizes": ()}, r"batch_sizes must name at least one"),
+        ({"batch_sizes": (0, 1)}, r"batch_sizes must be integers >= 1"),
+        ({"batch_sizes": (2, 4)}, r"batch_sizes must include 1 \(the reference"),
+        ({"batch_sizes": (1, 1)}, r"batch_sizes must not repeat"),
     ],
 )
 def test_bad_options_fail_naming_the_parameter(fields, match) -> None:
@@ -58,6 +63,7 @@ def test_cuda_is_refused_where_there_is_none(monkeypatch) -> None:
 
 def test_lengths_sorted_and_dtype_resolved_per_device(monkeypatch) -> None:
     assert BenchConfig(lengths=(1024, 512)).lengths == (512, 1024)
+    assert BenchConfig(batch_sizes=(4, 1)).batch_sizes == (1, 4)
     assert BenchConfig(dtype="bfloat16").resolved_dtype == "bfloat16"
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     monkeypatch.setattr("torch.cuda.device_count", lambda: 1)

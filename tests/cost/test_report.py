@@ -17,9 +17,19 @@ def test_the_table_shows_every_section_and_every_length(tiny_results) -> None:
     machine = f"{tiny_results['machine']['cpu']}, {tiny_results['machine']['cores']} cores"
     for needle in ("n=32", "n=64", "sampling M=2", "scoring M=1", "projected_loo (eager)", "LORE-KV / SnapKV",
                    "full KV (before eviction)", "sampling vs M at n=64", "tok/s", "compile off",
-                   machine, "torch " + tiny_results["packages"]["torch"], "load average"):  # fmt: skip
+                   machine, "torch " + tiny_results["packages"]["torch"], "load average",
+                   "n=64 b=8", "gen tok/s", "prompt tok/s", "prompts/s", "/ b=1"):  # fmt: skip
         assert needle in text, needle
     assert "Targets" not in text, "targets are documentation, not code"
+
+
+def test_the_batch_rows_show_the_throughputs_and_a_results_file_without_them_still_renders(tiny_results) -> None:
+    lines = render(tiny_results).split("== Batch throughput")[1].splitlines()
+    b1 = next(line for line in lines if line.startswith("n=64 b=1 "))
+    assert b1.split()[2] == "64" and b1.count("1.00x") == 3
+    older = {key: value for key, value in tiny_results.items() if key != "batch"}
+    text = render(older)
+    assert "== Decoding" in text and "Batch throughput" not in text
 
 
 def test_the_json_round_trips(tiny_results, tmp_path) -> None:

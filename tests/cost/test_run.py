@@ -10,8 +10,8 @@ import torch
 from tiny_models import random_ids, tiny_llama, word_tokenizer
 
 from lorekv.cost.baselines import decode_steps, generate_from, generate_tokens, prefilled_cache
-from lorekv.cost.prompts import prompt_of_length
-from lorekv.cost.run import build_scorer
+from lorekv.cost.prompts import batch_lengths, prompt_batch, prompt_of_length
+from lorekv.cost.run import THROUGHPUTS, build_scorer
 from lorekv.hf import ATTENTION_NAME, continue_full, forward, prepare, using_sdpa
 from lorekv.hf.cache import PositionedCache
 
@@ -52,7 +52,8 @@ def test_a_run_produces_every_section_at_the_exact_lengths(tiny_results) -> None
 
 def test_medians_and_ratios_follow_from_the_raw_runs(tiny_results) -> None:
     found = list(_timings(tiny_results))
-    assert len(found) == 2 * (2 + 2 + 2 * 2 + 3 + 1 + 4 * 2)  # prefills, compressions, sweep, scorers, steps, decodes
+    # per n: prefills, compressions, sweep, scorers, steps, decodes, batch sizes
+    assert len(found) == 2 * (2 + 2 + 2 * 2 + 3 + 1 + 4 * 2 + 4)
     for path, timing in found:
         assert len(timing["runs"]) == 1 and timing["median"] == statistics.median(timing["runs"]), path
         assert timing["first"] > 0, path
@@ -78,6 +79,39 @@ def test_medians_and_ratios_follow_from_the_raw_runs(tiny_results) -> None:
         assert (
             memory["lore_kv_over_prefill_per_kv"] == (memory["lore_kv"] - memory["prefill"]) / memory["kv_bytes_before"]
         )
+
+
+def test_the_batch_section_times_every_b_at_every_n_against_b1(tiny_results) -> None:
+    batch = tiny_results["batch"]
+    assert list(batch) == ["32", "64"] and tiny_results["settings"]["batch_sizes"] == [1, 2, 4, 8]
+    assert any("n=64: batch throughput for b in [1, 2, 4, 8]" in line for line in tiny_results["_log"])
+    for key, per_b in batch.items():
+        n = int(key)
+        assert list(per_b) == ["1", "2", "4", "8"]
+        for b_key, entry in per_b.items():
+            b = int(b_key)
+            assert entry["b"] == b and entry["prompt_lengths"] == list(batch_lengths(n, b))
+            assert len(entry["runs"]) == 1 and len(entry["phases"]) == 1
+            parts = entry["phases"][0]
+            assert set(parts) == {"compression", "decoding"} and all(v > 0 for v in parts.values())
+            assert entry["median"] >= parts["compression"] + parts["decoding"]
+            assert entry["prompts_per_second"] == b / entry["median"]
+            assert entry["prompt_tokens_per_second"] == sum(entry["prompt_lengths"]) / parts["compression"]
+            assert entry["generated_tokens_per_second"] == b * 3 / parts["decoding"]
+            for name in THROUGHPUTS:
+                assert entry["over_b1"][name] == entry[name] / per_b["1"][name]
+        assert all(per_b["1"]["over_b1"][name] == 1.0 for name in THROUGHPUTS)
+
+
+def test_a_batch_of_prompts_is_left_padded_ragged_and_row_0_is_the_batch_1_prompt() -> None:
+    assert batch_lengths(64, 1) == (64,) and batch_lengths(64, 4) == (64, 60, 56, 52)
+    assert batch_lengths(1024, 10) == (1024, 960, 896, 832, 768, 704, 640, 576, 1024, 960)
+    tokenizer = word_tokenizer()
+    ids, mask = prompt_batch(tokenizer, 64, 3, seed=2, pad_id=0)
+    assert ids.shape == mask.shape == (3, 64)
+    assert mask.sum(1).tolist() == [64, 60, 56] and bool((ids[mask == 0] == 0).all())
+    assert torch.equal(ids[:1], prompt_of_length(tokenizer, 64, seed=2))
+    assert torch.equal(ids[2:, 8:], prompt_of_length(tokenizer, 56, seed=4)), "row i: its own seed, on the right"
 
 
 def test_growth_is_fitted_on_the_stored_medians(tiny_results) -> None:
