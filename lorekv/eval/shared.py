@@ -15,6 +15,10 @@ shared prefill captures the widest query window any method needs: it stores the 
 prefill computes anyway, so a cell with a narrow window pays slightly more than it would alone).
 Each unit also times transformers' own SDPA prefill of the prompt (``reference_prefill``),
 the floor every method pays, so costs can be stated as ratios to it.
+
+:func:`run_units` runs a batch of units the same way, every phase once for the batch (the
+prompts left-padded); each row's content is that of its unit run alone, its times those of
+the batch.
 """
 
 from __future__ import annotations

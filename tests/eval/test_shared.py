@@ -13,7 +13,7 @@ from tiny_models import random_ids, tiny_gemma3, tiny_llama, word_tokenizer
 from lorekv import Pipeline, decode, generate_full
 from lorekv.eval.grid import Budget, MethodSpec, Unit
 from lorekv.eval.results import decode_keep_map
-from lorekv.eval.shared import Cell, oracle_ids, run_unit
+from lorekv.eval.shared import Cell, oracle_ids, run_unit, run_units
 from lorekv.eval.tasks import parse_task
 from lorekv.models.tokens import end_of_turn_ids
 
@@ -162,8 +162,6 @@ BATCH_METHODS = ["full", "lore_kv", "lore_kv_oracle", "laq", "h2o", "kvzip"]
 def test_a_batch_of_units_answers_as_each_unit_alone(make_model, mode, monkeypatch) -> None:
     """Prompts (and questions) of different lengths left-padded into one batch: every row, its
     first-token logits included, is that of the unit run alone, but for its times."""
-    from lorekv.eval.shared import run_units
-
     model, tokenizer = make_model(), word_tokenizer()
     samples = [FakeSample(random_ids(n, seed=n), split=n - q) for n, q in ((48, 8), (41, 5), (45, 6))]
     units = [Unit("tiny", mode, 48, parse_task("niah_single"), i) for i in range(3)]
