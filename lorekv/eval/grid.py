@@ -152,6 +152,11 @@ class GridConfig(BaseModel):
         seed: the seed every sample is derived from.
         keep_maps: how many first samples per (model, task, length, mode) record the kept-token
             map of every cell (for the report's keep-map figure).
+        batch_size: how many samples are prefilled, compressed and decoded together (units of
+            one model, mode and length whose samples share ``max_new_tokens`` and whose
+            unfinished cells are the same); the rows are those of batch size 1, their times
+            those of the batch. An execution choice: not part of :attr:`digest`, so a run may
+            resume, or its shards merge, at another batch size. Default 1.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -170,6 +175,7 @@ class GridConfig(BaseModel):
     samples: int = Field(ge=1)
     seed: int = Field(default=0, ge=0)
     keep_maps: int = Field(default=1, ge=0)
+    batch_size: int = 1
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -190,6 +196,13 @@ class GridConfig(BaseModel):
     def _ratios(cls, value: list[float]) -> list[float]:
         if any(not 0 < r < 1 for r in value) or len(set(value)) != len(value):
             raise ValueError(f"ratios must be distinct numbers in (0, 1), got {value}")
+        return value
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _batch_size(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {value!r}")
         return value
 
     @field_validator("lengths")
@@ -240,8 +253,9 @@ class GridConfig(BaseModel):
 
     @property
     def digest(self) -> str:
-        """A short hash of the grid's content: the identity its results files carry."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """A short hash of the grid's content: the identity its results files carry
+        (``batch_size``, which changes no result, left out)."""
+        text = json.dumps(self.model_dump(mode="json", exclude={"batch_size"}), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def budgets_of(self, method: MethodSpec) -> list[Budget]:

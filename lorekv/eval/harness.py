@@ -3,10 +3,12 @@
 ``run_grid`` walks the grid's units (model, mode, length, task, sample) in a fixed order,
 takes every N-th one when sharded, and writes each cell's row the moment it is decoded
 (:class:`ResultsFile` appends and fsyncs), so an interrupted run resumes where it stopped
-and redoes no finished cell. ``merge`` joins the shards of one grid into one file and refuses
-shards of different grids. The first line of every results file is the run header: the grid
-and its digest, lorekv's version and commit, package versions, machine, threads, device and
-seeds, what a leaderboard needs to be reproduced.
+and redoes no finished cell. Up to ``grid.batch_size`` units run as one batch
+(:func:`lorekv.eval.shared.run_units`), their rows those of batch size 1. ``merge`` joins
+the shards of one grid into one file and refuses shards of different grids. The first line
+of every results file is the run header: the grid and its digest, lorekv's version and
+commit, package versions, machine, threads, device and seeds, what a leaderboard needs to be
+reproduced.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from pydantic import BaseModel, ConfigDict
 
 from lorekv.eval.grid import GridConfig, Unit, cell_key, units
 from lorekv.eval.results import ResultsFile
-from lorekv.eval.shared import Cell, run_unit
+from lorekv.eval.shared import Cell, run_units
 from lorekv.runfiles import atomic_write_text, git_commit, machine, package_version, package_versions
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from lorekv.eval.tasks import Sample
 
 
 class EvalRow(BaseModel):
@@ -176,7 +180,8 @@ def run_grid(
 ) -> Path:
     """Run this shard's part of ``grid`` into its results file; returns the file's path.
 
-    Cells already in the file are skipped, so a second call resumes an interrupted run.
+    Cells already in the file are skipped, so a second call resumes an interrupted run (at any
+    ``batch_size``: units are batched by the cells they have left).
     ``base``: where pipeline files named in the grid are looked up (the grid file's folder).
     """
     grid.check(base)
@@ -210,19 +215,49 @@ def _run_shard(
         if on_row is not None:
             on_row(row)
 
+    # Units are batched when they can share one prefill and one generate call per cell: the same
+    # model, mode and length (units come in that order, so a batch waits for no later stage),
+    # the same max_new_tokens and the same unfinished cells. Resuming needs nothing more: a unit
+    # whose batch was cut short by a crash has fewer cells left, and batches with the units
+    # left exactly as it.
+    pending: dict[tuple[tuple[int, ...], int], list[tuple[Unit, Sample]]] = {}
+    stage: tuple[str, str, int] | None = None
+
+    def run(key: tuple[tuple[int, ...], int]) -> None:
+        batch = pending.pop(key)
+        model, tokenizer = loaded[batch[0][0].model]
+        first = batch[0][0]
+        bar.set_postfix_str(f"{first.task.label} #{first.index}" + (f" +{len(batch) - 1}" if len(batch) > 1 else ""))
+        run_units(
+            model,
+            tokenizer,
+            [u for u, _ in batch],
+            [s for _, s in batch],
+            [cells[k] for k in key[0]],
+            emit,
+            keep_maps=[u.index < grid.keep_maps for u, _ in batch],
+            base=base,
+        )
+
     try:
         for unit in mine:
-            todo = [c for c in cells if cell_key(unit, c.method.name, c.budget) not in done]
+            todo = tuple(k for k, c in enumerate(cells) if cell_key(unit, c.method.name, c.budget) not in done)
             if not todo:
                 continue
+            if (unit.model, unit.mode, unit.length) != stage:
+                for key in list(pending):
+                    run(key)
+                stage = (unit.model, unit.mode, unit.length)
             if unit.model not in loaded:
                 loaded.clear()  # the previous model is freed before the next one loads
-                model = tokenizer = None
                 loaded[unit.model] = loader(unit.model, grid)
-            model, tokenizer = loaded[unit.model]
-            sample = unit.sample(tokenizer, grid.seed)
-            bar.set_postfix_str(f"{unit.task.label} #{unit.index}", refresh=False)
-            run_unit(model, tokenizer, unit, sample, todo, emit, keep_map=unit.index < grid.keep_maps, base=base)
+            sample = unit.sample(loaded[unit.model][1], grid.seed)
+            key = (todo, sample.max_new_tokens)
+            pending.setdefault(key, []).append((unit, sample))
+            if len(pending[key]) == grid.batch_size:
+                run(key)
+        for key in list(pending):
+            run(key)
     finally:
         bar.close()
 

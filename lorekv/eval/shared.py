@@ -15,6 +15,10 @@ shared prefill captures the widest query window any method needs: it stores the 
 prefill computes anyway, so a cell with a narrow window pays slightly more than it would alone).
 Each unit also times transformers' own SDPA prefill of the prompt (``reference_prefill``),
 the floor every method pays, so costs can be stated as ratios to it.
+
+:func:`run_units` runs a batch of units the same way, every phase once for the batch (the
+prompts left-padded); each row's content is that of its unit run alone, its times those of
+the batch.
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ from lorekv.eval.tasks import Sample
 from lorekv.hf import (
     CompressedCache,
     Generation,
+    ModelRollout,
     PhaseTimer,
+    PositionedCache,
     check_context,
     continue_full,
-    decode,
+    decode_batch,
     reference_prefill_seconds,
 )
 from lorekv.models.tokens import end_of_turn_ids
@@ -132,6 +138,42 @@ def _key(config: Any) -> str:
     return config.model_dump_json()
 
 
+def left_pad(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(b, N) token ids and attention mask of the (1, n_i) ``rows`` left-padded to the longest
+    (padding id 0, masked), the transformers convention for generation."""
+    width = max(r.shape[1] for r in rows)
+    ids = rows[0].new_zeros(len(rows), width)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - r.shape[1] :] = r[0]
+        mask[i, width - r.shape[1] :] = 1
+    return ids, mask
+
+
+def select_each(
+    pipelines: Sequence[Pipeline],
+    rollouts: Sequence[ModelRollout],
+    scored: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    seconds: dict[str, float],
+    attention_mask: torch.Tensor,
+) -> CompressedCache:
+    """:meth:`Pipeline.select_rows` with each row's own pipeline (a ratio budget or an oracle
+    future differs from row to row): row i selected by ``pipelines[i]`` exactly as alone, the
+    rows stacked into one batched cache."""
+    timer = PhaseTimer(scored[0][0].device, seconds)
+    caches, selections, parts = [], [], []
+    with timer.phase("selection"):
+        for pipeline, rollout, (scores, weights) in zip(pipelines, rollouts, scored, strict=True):
+            cache, selection = pipeline.gather(rollout, scores)
+            caches.append(cache), selections.append(selection), parts.append((rollout, cache, selection, weights))
+        stacked = PositionedCache.stack(caches)
+    stats = [Pipeline.stats(*part, seconds=timer.seconds) for part in parts]
+    batch = rollouts[0].batch
+    start = batch.input_ids.shape[1] - batch.pending
+    return CompressedCache(stacked, batch.input_ids, start, selections, stats, attention_mask=attention_mask)
+
+
 def run_unit(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -144,78 +186,138 @@ def run_unit(
     base: Path | None = None,
 ) -> None:
     """Answer ``sample`` with every cell, sharing prefill, futures and scores; ``emit`` gets one
-    row per cell as soon as it is decoded (the caller writes it, so finished cells survive a crash)."""
-    if not cells:
+    row per cell as soon as it is decoded (the caller writes it, so finished cells survive a
+    crash). :func:`run_units` with one unit."""
+    run_units(model, tokenizer, [unit], [sample], cells, emit, keep_maps=[keep_map], base=base)
+
+
+def run_units(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    units: Sequence[Unit],
+    samples: Sequence[Sample],
+    cells: Sequence[Cell],
+    emit: Callable[[dict[str, Any]], None],
+    *,
+    keep_maps: Sequence[bool] | None = None,
+    base: Path | None = None,
+) -> None:
+    """Answer a batch of units (``samples[i]`` the sample of ``units[i]``) with every cell.
+
+    The units must share a mode and the samples their ``max_new_tokens`` (one ``generate``
+    call answers every row). The prompts are left-padded into one batch and prefilled once;
+    each distinct sampler draws every row's futures together (``futures_batch``; row by row
+    when the rows' samplers differ, as oracle futures do); each row is scored, and each cell
+    selects every row with that row's own pipeline (a ratio budget resolves per row) and
+    decodes every row in one ``decode_batch`` call (query-agnostic: the questions
+    left-padded). The full cache answers each row from its own rows of the prefill, as alone.
+    Every row's content equals that of the unit run alone (tested), except its times:
+    a batched unit's phase seconds (``prefill``, ``sampling``, ``scoring``, ``selection``,
+    ``decode``) and its ``reference_prefill`` (transformers' prefill of the padded batch) are
+    the batch's, shared by its rows. ``emit`` gets each row as soon as its cell is decoded.
+    ``keep_maps[i]``: whether unit i's rows record the kept-token map (default: none do).
+    """
+    if not cells or not units:
         return
-    prompt = Prompt.of(sample, tokenizer, unit.mode == "query_aware", model.device)
+    b = len(units)
+    if len(samples) != b or (keep_maps is not None and len(keep_maps) != b):
+        raise ValueError(f"samples and keep_maps must hold one entry per unit ({b})")
+    if len({u.mode for u in units}) != 1 or len({s.max_new_tokens for s in samples}) != 1:
+        raise ValueError("the units of a batch must share their mode and their samples' max_new_tokens")
+    keep_maps = [False] * b if keep_maps is None else list(keep_maps)
+    query_aware = units[0].mode == "query_aware"
+    max_new_tokens = samples[0].max_new_tokens
+    prompts = [Prompt.of(sample, tokenizer, query_aware, model.device) for sample in samples]
     eos = end_of_turn_ids(tokenizer)
-    built = build_pipelines(cells, sample, prompt, model, tokenizer, base)
-    n = prompt.ids.shape[1]
-    check_context(model, n, prompt.extra + sample.max_new_tokens, "question/answer")
-    gold = sample.answer_positions(tokenizer) if keep_map else None
+    built = [build_pipelines(cells, s, p, model, tokenizer, base) for s, p in zip(samples, prompts, strict=True)]
+    for prompt in prompts:
+        check_context(model, prompt.ids.shape[1], prompt.extra + max_new_tokens, "question/answer")
+    golds = [s.answer_positions(tokenizer) if keep else None for s, keep in zip(samples, keep_maps, strict=True)]
+    ids, mask = left_pad([p.ids for p in prompts])
+    questions, question_mask = (None, None) if query_aware else left_pad([p.question for p in prompts])
 
     timer = PhaseTimer(model.device)
     with timer.phase("prefill"):
-        samplers = [p.sampler for _, p in built.values()]
-        rollout = prefill(model, prompt.ids, samplers, query_aware=prompt.query_aware, tokenizer=tokenizer).rows[0]
-    floor = reference_prefill_seconds(model, prompt.ids)
+        samplers = [p.sampler for pipelines in built for _, p in pipelines.values()]
+        lengths = [p.ids.shape[1] for p in prompts]
+        batch = prefill(
+            model, ids, samplers, attention_mask=mask, lengths=lengths, query_aware=query_aware, tokenizer=tokenizer
+        )
+    rollouts = batch.rows
+    floor = reference_prefill_seconds(model, ids, None if b == 1 else mask)
 
-    def row(cell: Cell, budget: int | None, generation: Generation, seconds: dict[str, float], kept: Any) -> None:
+    def row(
+        i: int, cell: Cell, budget: int | None, generation: Generation, seconds: dict[str, float], kept: Any
+    ) -> None:
+        unit, sample, prompt, rollout = units[i], samples[i], prompts[i], rollouts[i]
         stats = generation.stats
         prediction = generation.text(tokenizer)
         emit({
             "type": "row", "id": cell_key(unit, cell.method.name, cell.budget), "model": unit.model,
             "task": unit.task.label, "length": unit.length, "mode": unit.mode, "index": unit.index,
             "seed": sample.seed, "method": cell.method.name, "group": cell.method.group,
-            "budget_label": cell.budget.label, "budget": budget, "ratio": cell.budget.ratio, "tokens": n,
-            "prediction": prediction, "answers": list(sample.answers), "metric": sample.metric,
-            "score": sample.score(prediction),
+            "budget_label": cell.budget.label, "budget": budget, "ratio": cell.budget.ratio,
+            "tokens": prompt.ids.shape[1], "prediction": prediction, "answers": list(sample.answers),
+            "metric": sample.metric, "score": sample.score(prediction),
             "kept": prompt.candidates if stats is None else float(np.mean(stats.kept)),
             "candidates": prompt.candidates,
             "kv_bytes_before": rollout.cache.allocated_bytes(),
             "kv_bytes_after": rollout.cache.allocated_bytes() if stats is None else stats.bytes_after,
             "seconds": {**seconds, "decode": generation.decode_seconds, "reference_prefill": floor},
             "compression_seconds": sum(seconds[phase] for phase in PHASES),
-            "keep_map": kept, "gold_positions": gold,
+            "keep_map": kept, "gold_positions": golds[i],
         })  # fmt: skip
 
     for cell in cells:
-        if cell.method.is_full:
+        if not cell.method.is_full:
+            continue
+        for i, (prompt, rollout) in enumerate(zip(prompts, rollouts, strict=True)):
             feed = prompt.ids[:, prompt.candidates :] if prompt.question is None else prompt.question
-            cache = rollout.head_cache if prompt.query_aware else rollout.cache
             generation = continue_full(
                 model,
-                cache,
+                rollout.head_cache if prompt.query_aware else rollout.cache,
                 feed,
                 prompt.candidates,
-                sample.max_new_tokens,
+                max_new_tokens,
                 eos_token_id=eos,
                 prompt_ids=prompt.ids[:, : prompt.candidates],  # options that read the prompt see the real one
             )
             zero = {"sampling": 0.0, "scoring": 0.0, "selection": 0.0}
-            row(cell, None, generation, {**timer.seconds, **zero}, None)  # it keeps everything: no map
+            row(i, cell, None, generation, {**timer.seconds, **zero}, None)  # it keeps everything: no map
 
-    by_sampler: dict[str, list[Cell]] = {}
-    for cell, (_, pipeline) in built.items():
-        by_sampler.setdefault(_key(pipeline.sampler.config), []).append(cell)
-    for group in by_sampler.values():
+    # Cells group by their samplers across the rows (an oracle's differs per row), then by scorer.
+    by_sampler: dict[tuple[str, ...], list[Cell]] = {}
+    for cell in cells:
+        if not cell.method.is_full:
+            by_sampler.setdefault(tuple(_key(p[cell][1].sampler.config) for p in built), []).append(cell)
+    for sampler_keys, group in by_sampler.items():
         with timer.phase("sampling"):
-            trajectories = built[group[0]][1].sampler.futures(rollout)
-        by_scoring: dict[tuple[str, str], list[Cell]] = {}
+            samplers = [p[group[0]][1].sampler for p in built]
+            if len(set(sampler_keys)) == 1:
+                trajectories = samplers[0].futures_batch(batch)
+            else:
+                trajectories = [s.futures(r) for s, r in zip(samplers, rollouts, strict=True)]
+        by_scoring: dict[tuple[tuple[str, str], ...], list[Cell]] = {}
         for cell in group:
-            pipeline = built[cell][1]
-            by_scoring.setdefault((_key(pipeline.scorer.config), _key(pipeline.aggregator.config)), []).append(cell)
+            key = tuple((_key(p[cell][1].scorer.config), _key(p[cell][1].aggregator.config)) for p in built)
+            by_scoring.setdefault(key, []).append(cell)
         for scoring_group in by_scoring.values():
             with timer.phase("scoring"):
-                scores, weights = built[scoring_group[0]][1].score(trajectories, prompt.candidates)
+                scored = [
+                    p[scoring_group[0]][1].score(t, prompt.candidates)
+                    for p, t, prompt in zip(built, trajectories, prompts, strict=True)
+                ]
             for cell in scoring_group:
-                budget, pipeline = built[cell]
-                compressed: CompressedCache = pipeline.select(rollout, scores, weights, seconds=timer.seconds)
-                generation = decode(model, compressed, prompt.question, sample.max_new_tokens, eos_token_id=eos)
-                seconds = compressed.stats.seconds
-                kept = None
-                if keep_map:
-                    selection = compressed.selection
-                    kept = encode_keep_map(selection.mask().cpu().numpy(), selection.layer_indices)
-                row(cell, budget, generation, seconds, kept)
+                pipelines = [p[cell][1] for p in built]
+                compressed = select_each(pipelines, rollouts, scored, seconds=timer.seconds, attention_mask=mask)
+                generations = decode_batch(
+                    model, compressed, questions, question_mask, max_new_tokens, eos_token_id=eos
+                )
+                for i, generation in enumerate(generations):
+                    kept = None
+                    if keep_maps[i]:
+                        selection = compressed.selections[i]
+                        kept = encode_keep_map(selection.mask().cpu().numpy(), selection.layer_indices)
+                    row(i, cell, built[i][cell][0], generation, compressed.row_stats[i].seconds, kept)
+            del scored
         del trajectories

@@ -43,12 +43,15 @@ class PhaseTimer:
 
 
 @torch.no_grad()
-def reference_prefill_seconds(model: PreTrainedModel, input_ids: torch.Tensor) -> float:
+def reference_prefill_seconds(
+    model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> float:
     """Seconds of transformers' own prefill of ``input_ids`` (1, n): ``model(ids,
     logits_to_keep=1)`` with SDPA attention and its own cache, the floor every eviction method
-    pays: compression costs are reported as ratios to it, measured in the same process. The
-    model's attention implementation is restored afterwards."""
+    pays: compression costs are reported as ratios to it, measured in the same process. A
+    left-padded batch (b, N) is prefilled with its ``attention_mask``. The model's attention
+    implementation is restored afterwards."""
     with using_sdpa(model):
         start = now(input_ids.device)
-        model(input_ids, logits_to_keep=1)
+        model(input_ids, attention_mask=attention_mask, logits_to_keep=1)
         return now(input_ids.device) - start

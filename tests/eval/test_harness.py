@@ -58,8 +58,14 @@ def test_an_interrupted_grid_resumes_without_redoing_or_losing_a_cell(tmp_path, 
 
     grid = GridConfig.model_validate(GRID)
     decoded: list[int] = []
-    real = shared.decode
-    monkeypatch.setattr(shared, "decode", lambda *a, **k: (decoded.append(1), real(*a, **k))[1])
+    real = shared.decode_batch
+
+    def decode_batch(*args, **kwargs):
+        generations = real(*args, **kwargs)
+        decoded.extend([1] * len(generations))
+        return generations
+
+    monkeypatch.setattr(shared, "decode_batch", decode_batch)
 
     class Crash(Exception):
         pass
@@ -246,3 +252,103 @@ def test_a_compression_ratio_is_the_fraction_evicted() -> None:
     assert Budget(ratio=0.75).label == "ratio=0.75" and Budget(tokens=16).resolve(100) == 16
     with pytest.raises(ValueError, match="keeps no token"):
         Budget(ratio=0.99).resolve(20)
+
+
+BATCHED = {
+    **GRID,
+    "methods": [
+        "full",
+        {"name": "lore_kv", "preset": "lore_kv", "options": {"num_futures": 2}},  # every row's futures at once
+        {"name": "oracle", "preset": "lore_kv", "oracle": True},  # a sampler of each row's own
+    ],
+    "budgets": [],
+    "ratios": [0.5],  # a budget of each row's own
+}
+BATCHED_CELLS = 3
+BATCHED_ROWS = 2 * 2 * 2 * BATCHED_CELLS  # modes x tasks x samples x cells
+TIMES = ("seconds", "compression_seconds")
+
+
+def untimed(path: Path) -> dict[str, dict]:
+    return {r["id"]: {k: v for k, v in r.items() if k not in TIMES} for r in read_results([path])[0]}
+
+
+@pytest.fixture(scope="module")
+def batch_one(tmp_path_factory) -> dict[str, dict]:
+    """The batched grid's rows at batch size 1, without their times."""
+    out = tmp_path_factory.mktemp("one") / "r.jsonl"
+    return untimed(run_grid(GridConfig.model_validate(BATCHED), out, loader=tiny_loader, progress=False))
+
+
+def count_batches(monkeypatch) -> list[int]:
+    import lorekv.eval.harness as harness
+
+    sizes: list[int] = []
+    real = harness.run_units
+
+    def run_units(model, tokenizer, units, *args, **kwargs):
+        sizes.append(len(units))
+        return real(model, tokenizer, units, *args, **kwargs)
+
+    monkeypatch.setattr(harness, "run_units", run_units)
+    return sizes
+
+
+def count_decoded(monkeypatch) -> list[int]:
+    import lorekv.eval.shared as shared
+
+    decoded: list[int] = []
+    real = shared.decode_batch
+
+    def decode_batch(*args, **kwargs):
+        generations = real(*args, **kwargs)
+        decoded.extend([1] * len(generations))
+        return generations
+
+    monkeypatch.setattr(shared, "decode_batch", decode_batch)
+    return decoded
+
+
+def test_a_batched_grid_writes_the_rows_of_batch_size_one(tmp_path, monkeypatch, batch_one) -> None:
+    """Both modes, prompts of different lengths in one batch, per-row samplers and budgets:
+    every row but its times is the one batch size 1 writes."""
+    sizes = count_batches(monkeypatch)
+    grid = GridConfig.model_validate({**BATCHED, "batch_size": 4})
+    four = run_grid(grid, tmp_path / "four.jsonl", loader=tiny_loader, progress=False)
+    assert sizes == [4, 4], "the units of each mode in one batch"
+    rows = untimed(four)
+    assert len(rows) == BATCHED_ROWS and rows == batch_one
+    assert len({r["tokens"] for r in rows.values()}) > 1, "the batches were padded"
+    assert read_results([four])[1][0]["grid"] == GridConfig.model_validate(BATCHED).digest, "not in the digest"
+
+
+def test_a_batched_run_resumes_without_redoing_a_finished_cell(tmp_path, monkeypatch, batch_one) -> None:
+    decoded = count_decoded(monkeypatch)
+
+    class Crash(Exception):
+        pass
+
+    def on_row(row):
+        if len(decoded) > 4:  # the first row of the batch's second compressed cell
+            raise Crash
+
+    grid = GridConfig.model_validate({**BATCHED, "batch_size": 4})
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(Crash):
+        run_grid(grid, out, loader=tiny_loader, progress=False, on_row=on_row)
+    written = untimed(out)
+    assert sum(r["method"] != "full" for r in written.values()) == 4 + 1 and len(written) == 4 + 4 + 1
+    decoded.clear()
+    sizes = count_batches(monkeypatch)
+    run_grid(grid, out, loader=tiny_loader, progress=False)
+    rows = untimed(out)
+    assert len(rows) == BATCHED_ROWS and {k: rows[k] for k in written} == written
+    assert len(decoded) == 2 * 2 * 2 * (BATCHED_CELLS - 1) - 5, "no finished cell is decoded again"
+    assert sizes == [3, 4], "the three units with their last cell left (the first has none), the other mode"
+    assert rows == batch_one
+
+
+def test_batch_size_must_be_a_positive_integer() -> None:
+    for bad in (0, -1, 1.5, "4", True):
+        with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+            GridConfig.model_validate({**GRID, "batch_size": bad})

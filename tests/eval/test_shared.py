@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,7 +13,7 @@ from tiny_models import random_ids, tiny_gemma3, tiny_llama, word_tokenizer
 from lorekv import Pipeline, decode, generate_full
 from lorekv.eval.grid import Budget, MethodSpec, Unit
 from lorekv.eval.results import decode_keep_map
-from lorekv.eval.shared import Cell, oracle_ids, run_unit
+from lorekv.eval.shared import Cell, oracle_ids, run_unit, run_units
 from lorekv.eval.tasks import parse_task
 from lorekv.models.tokens import end_of_turn_ids
 
@@ -70,30 +71,38 @@ def cells() -> list[Cell]:
     return [Cell(m, Budget() if m.is_full else b) for m in METHODS for b in ([None] if m.is_full else BUDGETS)]
 
 
+def logits_of(rows: list[dict], monkeypatch) -> Callable[[dict], None]:
+    """An ``emit`` that adds each row's first-token logits (``_logits``), read from the
+    generations the grid decodes (rows are emitted in the order they were decoded)."""
+    import lorekv.eval.shared as shared
+
+    decoded: list = []
+    real_batch, real_full = shared.decode_batch, shared.continue_full
+
+    def decode_batch(*args, **kwargs):
+        generations = real_batch(*args, **kwargs)
+        decoded.extend(generations)
+        return generations
+
+    def continue_full(*args, **kwargs):
+        decoded.append(real_full(*args, **kwargs))
+        return decoded[-1]
+
+    monkeypatch.setattr(shared, "decode_batch", decode_batch)
+    monkeypatch.setattr(shared, "continue_full", continue_full)
+    return lambda row: rows.append({**row, "_logits": decoded.pop(0).first_logits})
+
+
 @pytest.mark.parametrize("mode", ["query_aware", "query_agnostic"])
 @pytest.mark.parametrize("make_model", [tiny_llama, tiny_gemma3], ids=["llama", "gemma3"])
 def test_shared_work_answers_exactly_as_independent_generate_calls(make_model, mode, monkeypatch) -> None:
     """Every cell's kept set, first-token logits and answer equal those of its own ``compress`` +
     ``decode`` (the full cache: ``generate_full``, which prefills in one pass: logits to 1e-9)."""
-    import lorekv.eval.shared as shared
-
     model, tokenizer = make_model(), word_tokenizer()
     sample = FakeSample(random_ids(48, seed=5), split=40)
     unit = Unit("tiny", mode, 48, parse_task("niah_single"), 0)
-    last: list = [None]
-    for name in ("decode", "continue_full"):
-        real = getattr(shared, name)
-        monkeypatch.setattr(shared, name, lambda *a, _real=real, **k: last.__setitem__(0, _real(*a, **k)) or last[0])
     rows: list[dict] = []
-    run_unit(
-        model,
-        tokenizer,
-        unit,
-        sample,
-        cells(),
-        lambda row: rows.append({**row, "_logits": last[0].first_logits}),
-        keep_map=True,
-    )
+    run_unit(model, tokenizer, unit, sample, cells(), logits_of(rows, monkeypatch), keep_map=True)
     assert len(rows) == len(cells()) and len({r["id"] for r in rows}) == len(rows)
 
     eos = end_of_turn_ids(tokenizer)
@@ -140,3 +149,33 @@ def test_the_full_cache_row_decodes_under_the_models_generation_config_as_genera
     run_unit(model, tokenizer, unit, sample, [Cell(METHODS[0], Budget())], rows.append)
     expected = generate_full(model, sample.ids, sample.max_new_tokens, eos_token_id=end_of_turn_ids(tokenizer))
     assert rows[0]["prediction"] == expected.text(tokenizer)
+
+
+BATCH_METHODS = ["full", "lore_kv", "lore_kv_oracle", "laq", "h2o", "kvzip"]
+
+
+@pytest.mark.parametrize(
+    "make_model,mode",
+    [(tiny_llama, "query_aware"), (tiny_llama, "query_agnostic"), (tiny_gemma3, "query_agnostic")],
+    ids=["llama-query_aware", "llama-query_agnostic", "gemma3-query_agnostic"],
+)
+def test_a_batch_of_units_answers_as_each_unit_alone(make_model, mode, monkeypatch) -> None:
+    """Prompts (and questions) of different lengths left-padded into one batch: every row, its
+    first-token logits included, is that of the unit run alone, but for its times."""
+    model, tokenizer = make_model(), word_tokenizer()
+    samples = [FakeSample(random_ids(n, seed=n), split=n - q) for n, q in ((48, 8), (41, 5), (45, 6))]
+    units = [Unit("tiny", mode, 48, parse_task("niah_single"), i) for i in range(3)]
+    chosen = [c for c in cells() if c.method.name in BATCH_METHODS and c.budget.label in ("full", "B=8", "ratio=0.75")]
+    alone: list[dict] = []
+    for unit, sample in zip(units, samples, strict=True):
+        run_unit(model, tokenizer, unit, sample, chosen, logits_of(alone, monkeypatch), keep_map=unit.index != 1)
+    batched: list[dict] = []
+    run_units(model, tokenizer, units, samples, chosen, logits_of(batched, monkeypatch), keep_maps=[True, False, True])
+    assert len(batched) == 3 * len(chosen) and len({r["tokens"] for r in batched}) == 3
+    by_id = {r["id"]: r for r in alone}
+    for row in batched:
+        expected = by_id[row["id"]]
+        assert torch.equal(row.pop("_logits"), expected.pop("_logits")), row["id"]
+        for times in ("seconds", "compression_seconds"):
+            row.pop(times), expected.pop(times)
+        assert row == expected
