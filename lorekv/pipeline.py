@@ -304,7 +304,7 @@ class Pipeline:
             futures = self.sampler.futures_batch(batch)
         with timer.phase("scoring"):
             scored = [self.score(t, row.candidates) for t, row in zip(futures, batch.rows, strict=True)]
-        return self.select_rows(batch.rows, scored, seconds=timer.seconds, attention_mask=attention_mask)
+        return self.select_rows(batch.rows, scored, seconds=timer.seconds)
 
     def prefill(
         self,
@@ -352,22 +352,9 @@ class Pipeline:
         scored: Sequence[tuple[torch.Tensor, torch.Tensor]],
         *,
         seconds: dict[str, float] | None = None,
-        attention_mask: torch.Tensor | None = None,
     ) -> CompressedCache:
-        """:meth:`select` for every row of a batch (``scored[i]``: row i's scores and future
-        weights), each row's cache gathered as alone, then stacked into one padded cache."""
-        timer = PhaseTimer(scored[0][0].device, seconds)
-        caches, selections, stats = [], [], []
-        with timer.phase("selection"):
-            for rollout, (scores, weights) in zip(rows, scored, strict=True):
-                cache, selection = self.gather(rollout, scores)
-                caches.append(cache), selections.append(selection)
-                stats.append((rollout, cache, selection, weights))
-            stacked = PositionedCache.stack(caches)
-        stats = [self.stats(*row, seconds=timer.seconds) for row in stats]
-        batch = rows[0].batch
-        start = batch.input_ids.shape[1] - batch.pending
-        return CompressedCache(stacked, batch.input_ids, start, selections, stats, attention_mask=attention_mask)
+        """:meth:`select` for every row of a batch (:func:`select_rows` with this pipeline for each)."""
+        return select_rows([self] * len(rows), rows, scored, seconds=seconds)
 
     def gather(self, rollout: ModelRollout, scores: torch.Tensor) -> tuple[PositionedCache, Selection]:
         """The policy's selection of one row's ``scores`` (L, H, c) and its cache of the kept entries."""
@@ -480,3 +467,28 @@ class Pipeline:
             rule=rule,
             **generate_kwargs,
         )
+
+
+def select_rows(
+    pipelines: Sequence[Pipeline],
+    rows: Sequence[ModelRollout],
+    scored: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    seconds: dict[str, float] | None = None,
+) -> CompressedCache:
+    """The last phase of compression for every row of a batch: row i's scores and future weights
+    ``scored[i]`` selected by ``pipelines[i]`` (the evaluation grid's ratio budgets and oracle
+    futures differ from row to row) and gathered from its cache exactly as alone, then every
+    row's cache stacked into one padded cache. ``seconds`` (the earlier phases' times, of the
+    whole batch) go into every row's stats."""
+    timer = PhaseTimer(scored[0][0].device, seconds)
+    caches, selections, parts = [], [], []
+    with timer.phase("selection"):
+        for pipeline, rollout, (scores, weights) in zip(pipelines, rows, scored, strict=True):
+            cache, selection = pipeline.gather(rollout, scores)
+            caches.append(cache), selections.append(selection), parts.append((rollout, cache, selection, weights))
+        stacked = PositionedCache.stack(caches)
+    stats = [Pipeline.stats(*part, seconds=timer.seconds) for part in parts]
+    batch = rows[0].batch
+    start = batch.input_ids.shape[1] - batch.pending
+    return CompressedCache(stacked, batch.input_ids, start, selections, stats, attention_mask=batch.attention_mask)

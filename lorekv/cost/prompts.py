@@ -9,6 +9,7 @@ import torch
 
 from lorekv.eval.tasks import make_sample
 from lorekv.eval.tasks.base import MIN_LENGTH
+from lorekv.hf import left_pad
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -54,9 +55,6 @@ def prompt_batch(
     """(b, n) left-padded ``input_ids`` and their (b, n) ``attention_mask``: row i is
     :func:`prompt_of_length` at :func:`batch_lengths` ``(n, b)[i]`` with seed ``seed + i`` (its own
     haystack and needle), padded on the left with ``pad_id``."""
-    ids = torch.full((b, n), pad_id, dtype=torch.long)
-    mask = torch.zeros((b, n), dtype=torch.long)
-    for i, length in enumerate(batch_lengths(n, b)):
-        ids[i, n - length :] = prompt_of_length(tokenizer, length, seed + i)[0]
-        mask[i, n - length :] = 1
-    return ids, mask
+    return left_pad(
+        [prompt_of_length(tokenizer, length, seed + i) for i, length in enumerate(batch_lengths(n, b))], pad_id
+    )

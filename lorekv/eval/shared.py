@@ -35,18 +35,16 @@ from lorekv.eval.grid import Budget, MethodSpec, Unit, cell_key
 from lorekv.eval.results import encode_keep_map
 from lorekv.eval.tasks import Sample
 from lorekv.hf import (
-    CompressedCache,
     Generation,
-    ModelRollout,
     PhaseTimer,
-    PositionedCache,
     check_context,
     continue_full,
     decode_batch,
+    left_pad,
     reference_prefill_seconds,
 )
 from lorekv.models.tokens import end_of_turn_ids
-from lorekv.pipeline import Pipeline, prefill
+from lorekv.pipeline import Pipeline, prefill, select_rows
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -136,42 +134,6 @@ PHASES = ("prefill", "sampling", "scoring", "selection")
 
 def _key(config: Any) -> str:
     return config.model_dump_json()
-
-
-def left_pad(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(b, N) token ids and attention mask of the (1, n_i) ``rows`` left-padded to the longest
-    (padding id 0, masked), the transformers convention for generation."""
-    width = max(r.shape[1] for r in rows)
-    ids = rows[0].new_zeros(len(rows), width)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, width - r.shape[1] :] = r[0]
-        mask[i, width - r.shape[1] :] = 1
-    return ids, mask
-
-
-def select_each(
-    pipelines: Sequence[Pipeline],
-    rollouts: Sequence[ModelRollout],
-    scored: Sequence[tuple[torch.Tensor, torch.Tensor]],
-    *,
-    seconds: dict[str, float],
-    attention_mask: torch.Tensor,
-) -> CompressedCache:
-    """:meth:`Pipeline.select_rows` with each row's own pipeline (a ratio budget or an oracle
-    future differs from row to row): row i selected by ``pipelines[i]`` exactly as alone, the
-    rows stacked into one batched cache."""
-    timer = PhaseTimer(scored[0][0].device, seconds)
-    caches, selections, parts = [], [], []
-    with timer.phase("selection"):
-        for pipeline, rollout, (scores, weights) in zip(pipelines, rollouts, scored, strict=True):
-            cache, selection = pipeline.gather(rollout, scores)
-            caches.append(cache), selections.append(selection), parts.append((rollout, cache, selection, weights))
-        stacked = PositionedCache.stack(caches)
-    stats = [Pipeline.stats(*part, seconds=timer.seconds) for part in parts]
-    batch = rollouts[0].batch
-    start = batch.input_ids.shape[1] - batch.pending
-    return CompressedCache(stacked, batch.input_ids, start, selections, stats, attention_mask=attention_mask)
 
 
 def run_unit(
@@ -309,7 +271,7 @@ def run_units(
                 ]
             for cell in scoring_group:
                 pipelines = [p[cell][1] for p in built]
-                compressed = select_each(pipelines, rollouts, scored, seconds=timer.seconds, attention_mask=mask)
+                compressed = select_rows(pipelines, rollouts, scored, seconds=timer.seconds)
                 generations = decode_batch(
                     model, compressed, questions, question_mask, max_new_tokens, eos_token_id=eos
                 )

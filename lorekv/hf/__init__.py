@@ -29,7 +29,7 @@ from lorekv.hf.decoding import (
     decode_batch,
     generate_full,
 )
-from lorekv.hf.inputs import check_batch, check_context, check_token_ids
+from lorekv.hf.inputs import check_batch, check_context, check_token_ids, left_pad
 from lorekv.hf.introspection import check_supported, evictable_layers, layer_types, max_positions
 from lorekv.hf.rollout import BatchRollout, ModelRollout
 from lorekv.hf.timing import PhaseTimer, now, reference_prefill_seconds
@@ -60,6 +60,7 @@ __all__ = [
     "gather",
     "generate_full",
     "layer_types",
+    "left_pad",
     "max_positions",
     "now",
     "prepare",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from transformers import PreTrainedModel
 
@@ -34,6 +36,18 @@ def check_token_ids(model: PreTrainedModel, ids: torch.Tensor, name: str, *, min
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= vocab:
             raise ValueError(f"{name} must lie in [0, {vocab}) (the model's vocabulary), got values in [{low}, {high}]")
+
+
+def left_pad(rows: Sequence[torch.Tensor], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(b, N) token ids and attention mask of the (1, n_i) ``rows`` left-padded with ``pad_id`` to
+    the longest, the transformers convention for generation (the mask 0 on padding, 1 on tokens)."""
+    width = max(r.shape[-1] for r in rows)
+    ids = rows[0].new_full((len(rows), width), pad_id)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - r.shape[-1] :] = r.reshape(-1)
+        mask[i, width - r.shape[-1] :] = 1
+    return ids, mask
 
 
 def check_context(model: PreTrainedModel, prompt: int, extra: int, what: str = "answer") -> None:

@@ -114,6 +114,13 @@ class BatchRollout:
         self.logits = logits
         self.rows = tuple(ModelRollout.row_of(self, i) for i in range(b))
 
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """(b, N) long: 1 for each row's real tokens, 0 for its left padding."""
+        width = self.input_ids.shape[1]
+        n = torch.tensor(self.lengths, device=self.input_ids.device)
+        return (torch.arange(width, device=n.device) >= (width - n)[:, None]).long()
+
     def decode(
         self,
         rules: Sequence[TokenRule],
