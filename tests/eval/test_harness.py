@@ -54,18 +54,9 @@ def test_a_grid_runs_every_cell_once_with_a_header(tmp_path) -> None:
 
 
 def test_an_interrupted_grid_resumes_without_redoing_or_losing_a_cell(tmp_path, monkeypatch) -> None:
-    import lorekv.eval.shared as shared
 
     grid = GridConfig.model_validate(GRID)
-    decoded: list[int] = []
-    real = shared.decode_batch
-
-    def decode_batch(*args, **kwargs):
-        generations = real(*args, **kwargs)
-        decoded.extend([1] * len(generations))
-        return generations
-
-    monkeypatch.setattr(shared, "decode_batch", decode_batch)
+    decoded = count_decoded(monkeypatch)
 
     class Crash(Exception):
         pass
