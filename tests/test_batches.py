@@ -172,3 +172,29 @@ def test_bad_batches_are_refused_before_model_work_naming_the_row(models, ids, m
     finally:
         handle.remove()
     assert not calls
+
+
+def test_generate_refuses_a_mask_that_does_not_continue_the_compressed_batch(models) -> None:
+    model, pipeline = models["llama"], pipeline_for("snapkv")
+    ids, mask = left_padded(PROMPTS[:3])
+    compressed = pipeline.compress(model, ids, attention_mask=mask, query_aware=False)
+    questions, question_mask = left_padded(QUESTIONS[:3])
+    full_ids, full_mask = torch.cat([ids, questions], 1), torch.cat([mask, question_mask], 1)
+    right = full_mask.clone()
+    right[1, ids.shape[1] :] = question_mask[1].flip(0)
+    silent = full_mask.clone()
+    silent[2, ids.shape[1] :] = 0
+    other = full_mask.clone()
+    other[1, 0] = 1
+    cases = [
+        (None, "no attention_mask"),
+        (right, "row 1: the columns after the compressed prompt must be left padding"),
+        (silent, "row 2 feeds no token"),
+        (other, "must start with the compressed prompts' mask"),
+        (full_mask[:2], "shape of input_ids"),
+    ]
+    for bad, match in cases:
+        with pytest.raises(ValueError, match=match):
+            model.generate(full_ids, attention_mask=bad, cache=compressed.fork(), max_new_tokens=2)
+    with pytest.raises(ValueError, match="3 rows; the compressed cache holds 2"):
+        model.generate(full_ids, attention_mask=full_mask, cache=compressed.rows([0, 1]), max_new_tokens=2)

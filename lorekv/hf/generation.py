@@ -229,8 +229,9 @@ def check_generate(model: PreTrainedModel, cache: CompressedCache, args: tuple, 
     compressed_mask = cache.attention_mask.to(input_ids.device)
     if mask is None and (inferred or not bool((compressed_mask == 1).all())):
         raise ValueError(
-            f"input_ids hold padding (or the pad token {pad}) and no attention_mask is given: pass the "
-            "attention_mask of the compressed prompts, extended over the rest (ones where there is no padding)"
+            f"input_ids hold {f'the pad token {pad}' if inferred else 'padding'} and no attention_mask is given: "
+            "pass the attention_mask of the compressed prompts, extended over the rest (ones where there is no "
+            "padding)"
         )
     if mask is not None:
         check_fed_mask(mask, compressed_mask, cache.start, m)
