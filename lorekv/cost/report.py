@@ -235,7 +235,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+    return "-" if value is None else f"{value:.3g}" if value < 100 else f"{value:.0f}"
 
 
 def _batch(results: dict[str, Any]) -> str:
