@@ -6,6 +6,8 @@ results file of another grid). Methods are presets (the faithful baselines and L
 pipeline files, or either with dotted overrides; the full cache is the method ``full``.
 Budgets are kept tokens per KV head (``budgets``) or kvpress-style compression ratios
 (``ratios``: the fraction of candidates evicted, so ratio r keeps round((1 - r) c) of c).
+Tasks are generated families (:mod:`lorekv.eval.tasks`) or benchmark files
+(:class:`~lorekv.eval.suites.task.FileTaskConfig`, a mapping with a ``format``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from lorekv.eval.rows import FULL
+from lorekv.eval.suites.task import FileTaskConfig, parse_file_task
 from lorekv.eval.tasks import Sample, TaskConfig, check_length, make_sample, parse_task
 from lorekv.models.bundled import BUNDLED
 from lorekv.pipeline import PipelineConfig
@@ -144,11 +147,14 @@ class GridConfig(BaseModel):
             the model is placed by accelerate instead (e.g. ``auto`` for a large hub model).
         methods: presets by name, ``full``, or :class:`MethodSpec` mappings.
         budgets: kept tokens per KV head; ratios: compression ratios in (0, 1).
-        tasks: task names or mappings (see ``lorekv.eval.tasks``).
-        lengths: target prompt lengths in the model's tokens.
+        tasks: task names or mappings (see ``lorekv.eval.tasks``), and benchmark files
+            (mappings with a ``format``, see :class:`~lorekv.eval.suites.task.FileTaskConfig`).
+        lengths: target prompt lengths in the model's tokens; for a benchmark file, the
+            suite's prompt limit (a longer prompt is cut in the middle, as the suite does).
         modes: query_aware (question in the prompt) and/or query_agnostic (context compressed
             alone, the question fed after it).
-        samples: samples per (task, length); every method sees the same samples.
+        samples: samples per (generated task, length); every method sees the same samples. A
+            benchmark file's samples are its questions (its ``limit`` caps them).
         seed: the seed every sample is derived from.
         keep_maps: how many first samples per (model, task, length, mode) record the kept-token
             map of every cell (for the report's keep-map figure).
@@ -172,7 +178,7 @@ class GridConfig(BaseModel):
     tasks: list[SerializeAsAny[TaskConfig]] = Field(min_length=1)
     lengths: list[int] = Field(min_length=1)
     modes: list[Mode] = Field(default_factory=lambda: ["query_aware"], min_length=1)
-    samples: int = Field(ge=1)
+    samples: int | None = Field(default=None, ge=1)
     seed: int = Field(default=0, ge=0)
     keep_maps: int = Field(default=1, ge=0)
     batch_size: int = 1
@@ -182,7 +188,14 @@ class GridConfig(BaseModel):
     def _tasks(cls, value: Any) -> Any:
         if not isinstance(value, list):
             return value
-        return [parse_task(v) if isinstance(v, (str, Mapping)) else v for v in value]
+        return [
+            (parse_file_task(v) if v.get("name", "file") == "file" and "format" in v else parse_task(v))
+            if isinstance(v, Mapping)
+            else parse_task(v)
+            if isinstance(v, str)
+            else v
+            for v in value
+        ]
 
     @field_validator("budgets")
     @classmethod
@@ -220,6 +233,8 @@ class GridConfig(BaseModel):
         labels = [t.label for t in self.tasks]
         if len(set(labels)) != len(labels):
             raise ValueError(f"tasks: each task may appear once, got {labels}")
+        if self.samples is None and any(not isinstance(t, FileTaskConfig) for t in self.tasks):
+            raise ValueError("samples: generated tasks need a sample count (samples: N)")
         if any(not m.is_full for m in self.methods) and not (self.budgets or self.ratios):
             raise ValueError("budgets or ratios: at least one is needed for methods other than full")
         for m in self.methods:
@@ -245,17 +260,36 @@ class GridConfig(BaseModel):
             grid = cls.model_validate(dict(data))
         except ValidationError as error:
             raise ValueError(f"{path}: {describe(error)}") from None
+        grid = grid.resolved(path.parent)
         try:
             grid.check(base=path.parent)
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
         return grid
 
+    def resolved(self, base: Path) -> GridConfig:
+        """This grid with the benchmark files' relative paths made absolute against ``base``."""
+        tasks = [t.resolved(base) if isinstance(t, FileTaskConfig) else t for t in self.tasks]
+        return self.model_copy(update={"tasks": tasks})
+
+    @property
+    def file_tasks(self) -> list[FileTaskConfig]:
+        return [t for t in self.tasks if isinstance(t, FileTaskConfig)]
+
+    def fingerprints(self) -> dict[str, str]:
+        """Each benchmark file task's label -> the SHA-256 of its files (see
+        :meth:`~lorekv.eval.suites.task.FileTaskConfig.fingerprint`)."""
+        return {t.label: t.fingerprint() for t in self.file_tasks}
+
     @property
     def digest(self) -> str:
-        """A short hash of the grid's content: the identity its results files carry
-        (``batch_size``, which changes no result, left out)."""
-        text = json.dumps(self.model_dump(mode="json", exclude={"batch_size"}), sort_keys=True)
+        """A short hash of the grid's content and of its benchmark files' contents: the identity
+        its results files carry (``batch_size``, which changes no result, left out)."""
+        content = {
+            **self.model_dump(mode="json", exclude={"batch_size"}),
+            **({"files": self.fingerprints()} if self.file_tasks else {}),
+        }
+        text = json.dumps(content, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def budgets_of(self, method: MethodSpec) -> list[Budget]:
@@ -271,7 +305,11 @@ class GridConfig(BaseModel):
         loaded: every task fits every length, ``device_map`` names a loadable model, and every
         method builds at every budget (a ratio at the shortest prompt the lengths allow, its
         context alone in query-agnostic mode, and at the longest)."""
+        for task in self.file_tasks:
+            task.questions()
         for task in self.tasks:
+            if isinstance(task, FileTaskConfig):
+                continue
             for length in self.lengths:
                 try:
                     check_length(length, task)
@@ -314,20 +352,41 @@ class Unit:
         return f"{self.model}|{self.mode}|n={self.length}|{self.task.label}|#{self.index}"
 
     def sample(self, tokenizer: Any, seed: int) -> Sample:
+        if isinstance(self.task, FileTaskConfig):
+            return self.task.sample(tokenizer, self.length, self.index, seed)
         return make_sample(self.task, tokenizer, self.length, self.index, seed)
 
 
+def sample_groups(grid: GridConfig, task: TaskConfig) -> list[list[int]]:
+    """The sample indices of ``task``, grouped by the context they share: one a group for a
+    generated task, a row's questions for a benchmark file (consecutive indices)."""
+    if not isinstance(task, FileTaskConfig):
+        return [[index] for index in range(grid.samples or 0)]
+    groups: list[list[int]] = []
+    previous = None
+    for index, question in enumerate(task.questions()):
+        if question.turn == 0 or question.record is not previous:
+            groups.append([])
+        groups[-1].append(index)
+        previous = question.record
+    return groups
+
+
 def units(grid: GridConfig) -> Iterator[Unit]:
-    """Every unit of ``grid`` in a fixed order: model, mode, length, sample index, task.
+    """Every unit of ``grid`` in a fixed order: model, mode, length, sample, task.
 
     Sample-major within a (model, mode, length), so a run stopped early (or a shard) holds
-    about as many samples of every task."""
+    about as many samples of every task; a benchmark row's questions come one after the
+    other (they share a context)."""
+    groups = {task.label: sample_groups(grid, task) for task in grid.tasks}
+    depth = max(len(g) for g in groups.values())
     for model in grid.models:
         for mode in grid.modes:
             for length in grid.lengths:
-                for index in range(grid.samples):
+                for position in range(depth):
                     for task in grid.tasks:
-                        yield Unit(model, mode, length, task, index)
+                        for index in groups[task.label][position] if position < len(groups[task.label]) else []:
+                            yield Unit(model, mode, length, task, index)
 
 
 def cell_key(unit: Unit, method: str, budget: Budget) -> str:

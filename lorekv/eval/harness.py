@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from lorekv.eval.grid import GridConfig, Unit, cell_key, units
 from lorekv.eval.results import ResultsFile
 from lorekv.eval.shared import Cell, run_units
+from lorekv.eval.suites.task import FileTaskConfig
 from lorekv.runfiles import atomic_write_text, git_commit, machine, package_version, package_versions
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class EvalRow(BaseModel):
     tokens: int
     prediction: str
     answers: list[str]
-    metric: Literal["all", "part"]
+    metric: str
     score: float
     kept: float
     candidates: int
@@ -68,6 +69,8 @@ class EvalRow(BaseModel):
     compression_seconds: float
     keep_map: dict[str, Any] | None
     gold_positions: list[int] | None
+    suite: str | None = None
+    tags: dict[str, str] | None = None
 
 
 def results_file(path: str | Path, header: dict[str, Any] | None = None, *, writable: bool = True) -> ResultsFile:
@@ -126,6 +129,7 @@ def run_header(grid: GridConfig, shard: tuple[int, int]) -> dict[str, Any]:
         "device": grid.device_map or process_device(grid.device),
         "dtype": grid.dtype,
         "seed": grid.seed,
+        **({"files": grid.fingerprints()} if grid.file_tasks else {}),
         "shard": list(shard),
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
@@ -217,11 +221,14 @@ def _run_shard(
 
     # Units are batched when they can share one prefill and one generate call per cell: the same
     # model, mode and length (units come in that order, so a batch waits for no later stage),
-    # the same max_new_tokens and the same unfinished cells. Resuming needs nothing more: a unit
-    # whose batch was cut short by a crash has fewer cells left, and batches with the units
-    # left exactly as it.
+    # the same max_new_tokens and the same unfinished cells. A batch holds up to batch_size
+    # contexts: the questions of one benchmark row come one after the other and join their
+    # context's batch (query-agnostic, run_units compresses a context once for them all).
+    # Resuming needs nothing more: a unit whose batch was cut short by a crash has fewer cells
+    # left, and batches with the units left exactly as it.
     pending: dict[tuple[tuple[int, ...], int], list[tuple[Unit, Sample]]] = {}
     stage: tuple[str, str, int] | None = None
+    checked: dict[str, Sample] = {}
 
     def run(key: tuple[tuple[int, ...], int]) -> None:
         batch = pending.pop(key)
@@ -251,15 +258,32 @@ def _run_shard(
             if unit.model not in loaded:
                 loaded.clear()  # the previous model is freed before the next one loads
                 loaded[unit.model] = loader(unit.model, grid)
-            sample = unit.sample(loaded[unit.model][1], grid.seed)
+                checked = check_file_samples(grid, mine, unit.model, loaded[unit.model][1], done, cells)
+            sample = checked.pop(unit.key, None) or unit.sample(loaded[unit.model][1], grid.seed)
             key = (todo, sample.max_new_tokens)
+            batch = pending.setdefault(key, [])
+            if batch and sample.context not in {s.context for _, s in batch}:
+                if len({s.context for _, s in batch}) == grid.batch_size:
+                    run(key)
             pending.setdefault(key, []).append((unit, sample))
-            if len(pending[key]) == grid.batch_size:
-                run(key)
         for key in list(pending):
             run(key)
     finally:
         bar.close()
+
+
+def check_file_samples(
+    grid: GridConfig, mine: Sequence[Unit], model: str, tokenizer: Any, done: set[str], cells: Sequence[Cell]
+) -> dict[str, Sample]:
+    """The samples of this shard's unfinished benchmark-file units on ``model``, built before
+    any model work, so that a prompt that does not fit even after truncation fails at once
+    (naming its file and line) rather than after hours of other cells."""
+    out = {}
+    for unit in mine:
+        if unit.model == model and isinstance(unit.task, FileTaskConfig):
+            if any(cell_key(unit, c.method.name, c.budget) not in done for c in cells):
+                out[unit.key] = unit.sample(tokenizer, grid.seed)
+    return out
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:

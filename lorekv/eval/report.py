@@ -4,7 +4,8 @@ Input rows are the grid runner's result rows (one per sample and cell; see the m
 ``REQUIRED`` keys) and optionally its header records (run metadata). The report has one
 section per (model, mode, length); in each, per task and averaged over tasks (macro), a
 method x budget table of "mean [95% interval]" with sample counts, the paired differences of
-every method to a reference method on the samples both answered, the median compression time,
+every method to a reference method on the samples both answered, the benchmark suites' own
+averages for rows read from their files (:mod:`lorekv.eval.suites.report`), the median compression time,
 and links to the figures (:mod:`lorekv.eval.figures`). How intervals are computed is in
 :mod:`lorekv.eval.stats`. Methods are compared by paired differences because every method sees
 the same samples, and a difference whose interval covers 0 is not a finding; the full cache's
@@ -38,6 +39,7 @@ from lorekv.eval.rows import (
     task_cell,
 )
 from lorekv.eval.stats import PairedDifference, paired_difference
+from lorekv.eval.suites.report import suite_tables
 
 FigureLinks = Mapping[Section, Sequence[tuple[str, str]]]
 """Per section, (caption, relative path) of each figure written for it."""
@@ -339,6 +341,7 @@ def build_report(
         lines += budget_fractions(section_rows)
         lines += per_task_tables(section_rows, seed=seed, resamples=resamples)
         lines += macro_table(section_rows, seed=seed, resamples=resamples)
+        lines += suite_tables(section_rows)
         lines += paired_table(section_rows, reference, seed=seed, resamples=resamples)
         lines += time_table(section_rows, reference)
         lines += figure_lines(list((figures or {}).get(section, ())))

@@ -128,6 +128,20 @@ def build_pipelines(
     return built
 
 
+def shared_contexts(contexts: Sequence[torch.Tensor]) -> tuple[list[int], list[int]]:
+    """(owner, distinct): ``distinct`` the index of the first of each distinct (1, c) context,
+    ``owner[i]`` the position in ``distinct`` of context i's first equal."""
+    owner: list[int] = []
+    distinct: list[int] = []
+    for i, ids in enumerate(contexts):
+        match = next((k for k, d in enumerate(distinct) if torch.equal(contexts[d], ids)), None)
+        if match is None:
+            distinct.append(i)
+            match = len(distinct) - 1
+        owner.append(match)
+    return owner, distinct
+
+
 PHASES = ("prefill", "sampling", "scoring", "selection")
 """The phases of compression; a row's ``compression_seconds`` is their sum."""
 
@@ -173,6 +187,10 @@ def run_units(
     selects every row with that row's own pipeline (a ratio budget resolves per row) and
     decodes every row in one ``decode_batch`` call (query-agnostic: the questions
     left-padded). The full cache answers each row from its own rows of the prefill, as alone.
+    Query-agnostic, units whose contexts are the same tokens (the questions of one benchmark
+    row) share one compression of it, as a deployment would: the context is a row of the batch
+    once and each question decodes from its copy (not with oracle cells, whose future is each
+    question's answer).
     Every row's content equals that of the unit run alone (tested), except its times:
     a batched unit's phase seconds (``prefill``, ``sampling``, ``scoring``, ``selection``,
     ``decode``) and its ``reference_prefill`` (transformers' prefill of the padded batch) are
@@ -195,18 +213,20 @@ def run_units(
     for prompt in prompts:
         check_context(model, prompt.ids.shape[1], prompt.extra + max_new_tokens, "question/answer")
     golds = [s.answer_positions(tokenizer) if keep else None for s, keep in zip(samples, keep_maps, strict=True)]
-    ids, mask = left_pad([p.ids for p in prompts])
+    share = not query_aware and not any(cell.method.oracle for cell in cells)
+    owner, distinct = shared_contexts([p.ids for p in prompts]) if share else (list(range(b)), list(range(b)))
+    ids, mask = left_pad([prompts[d].ids for d in distinct])
     questions, question_mask = (None, None) if query_aware else left_pad([p.question for p in prompts])
 
     timer = PhaseTimer(model.device)
     with timer.phase("prefill"):
-        samplers = [p.sampler for pipelines in built for _, p in pipelines.values()]
-        lengths = [p.ids.shape[1] for p in prompts]
+        samplers = [p.sampler for d in distinct for _, p in built[d].values()]
+        lengths = [prompts[d].ids.shape[1] for d in distinct]
         batch = prefill(
             model, ids, samplers, attention_mask=mask, lengths=lengths, query_aware=query_aware, tokenizer=tokenizer
         )
-    rollouts = batch.rows
-    floor = reference_prefill_seconds(model, ids, None if b == 1 else mask)
+    rollouts = [batch.rows[owner[i]] for i in range(b)]
+    floor = reference_prefill_seconds(model, ids, None if len(distinct) == 1 else mask)
 
     def row(
         i: int, cell: Cell, budget: int | None, generation: Generation, seconds: dict[str, float], kept: Any
@@ -216,7 +236,7 @@ def run_units(
         prediction = generation.text(tokenizer)
         emit({
             "type": "row", "id": cell_key(unit, cell.method.name, cell.budget), "model": unit.model,
-            "task": unit.task.label, "length": unit.length, "mode": unit.mode, "index": unit.index,
+            "task": sample.task, "length": unit.length, "mode": unit.mode, "index": unit.index,
             "seed": sample.seed, "method": cell.method.name, "group": cell.method.group,
             "budget_label": cell.budget.label, "budget": budget, "ratio": cell.budget.ratio,
             "tokens": prompt.ids.shape[1], "prediction": prediction, "answers": list(sample.answers),
@@ -227,7 +247,7 @@ def run_units(
             "kv_bytes_after": rollout.cache.allocated_bytes() if stats is None else stats.bytes_after,
             "seconds": {**seconds, "decode": generation.decode_seconds, "reference_prefill": floor},
             "compression_seconds": sum(seconds[phase] for phase in PHASES),
-            "keep_map": kept, "gold_positions": golds[i],
+            "keep_map": kept, "gold_positions": golds[i], "suite": sample.suite, "tags": dict(sample.tags) or None,
         })  # fmt: skip
 
     for cell in cells:
@@ -247,31 +267,35 @@ def run_units(
             zero = {"sampling": 0.0, "scoring": 0.0, "selection": 0.0}
             row(i, cell, None, generation, {**timer.seconds, **zero}, None)  # it keeps everything: no map
 
-    # Cells group by their samplers across the rows (an oracle's differs per row), then by scorer.
+    # Cells group by their samplers across the rows (an oracle's differs per row), then by scorer;
+    # each distinct context is compressed, then copied to each of its questions.
+    compressing = [built[d] for d in distinct]
     by_sampler: dict[tuple[str, ...], list[Cell]] = {}
     for cell in cells:
         if not cell.method.is_full:
-            by_sampler.setdefault(tuple(_key(p[cell][1].sampler.config) for p in built), []).append(cell)
+            by_sampler.setdefault(tuple(_key(p[cell][1].sampler.config) for p in compressing), []).append(cell)
     for sampler_keys, group in by_sampler.items():
         with timer.phase("sampling"):
-            samplers = [p[group[0]][1].sampler for p in built]
+            samplers = [p[group[0]][1].sampler for p in compressing]
             if len(set(sampler_keys)) == 1:
                 trajectories = samplers[0].futures_batch(batch)
             else:
-                trajectories = [s.futures(r) for s, r in zip(samplers, rollouts, strict=True)]
+                trajectories = [s.futures(r) for s, r in zip(samplers, batch.rows, strict=True)]
         by_scoring: dict[tuple[tuple[str, str], ...], list[Cell]] = {}
         for cell in group:
-            key = tuple((_key(p[cell][1].scorer.config), _key(p[cell][1].aggregator.config)) for p in built)
+            key = tuple((_key(p[cell][1].scorer.config), _key(p[cell][1].aggregator.config)) for p in compressing)
             by_scoring.setdefault(key, []).append(cell)
         for scoring_group in by_scoring.values():
             with timer.phase("scoring"):
                 scored = [
-                    p[scoring_group[0]][1].score(t, prompt.candidates)
-                    for p, t, prompt in zip(built, trajectories, prompts, strict=True)
+                    p[scoring_group[0]][1].score(t, prompts[d].candidates)
+                    for p, t, d in zip(compressing, trajectories, distinct, strict=True)
                 ]
             for cell in scoring_group:
-                pipelines = [p[cell][1] for p in built]
-                compressed = select_rows(pipelines, rollouts, scored, seconds=timer.seconds)
+                pipelines = [p[cell][1] for p in compressing]
+                compressed = select_rows(pipelines, batch.rows, scored, seconds=timer.seconds)
+                if len(distinct) < b:
+                    compressed = compressed.rows(owner)
                 generations = decode_batch(
                     model, compressed, questions, question_mask, max_new_tokens, eos_token_id=eos
                 )

@@ -39,6 +39,16 @@ def chat_text(tokenizer: PreTrainedTokenizerBase, user: str, *, chat: bool = Tru
     return user + plain_suffix
 
 
+def leading_special_text(tokenizer: PreTrainedTokenizerBase) -> str:
+    """The text of the special tokens ``tokenizer(text)`` puts in front of any text (a BOS), or
+    ``""``: a prompt built without a chat template and tokenized without special tokens starts
+    with them, as the suites' own ``tokenizer(prompt)`` calls do."""
+    ids = tokenizer("x", add_special_tokens=True)["input_ids"]
+    bare = tokenizer("x", add_special_tokens=False)["input_ids"]
+    lead = len(ids) - len(bare) if ids[len(ids) - len(bare) :] == bare else 0
+    return tokenizer.decode(ids[:lead]) if lead > 0 else ""
+
+
 def encode(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens: bool = False) -> torch.Tensor:
     """(1, n) the ids of ``text`` (with :data:`SPLIT` removed)."""
     return torch.tensor([tokenizer(text.replace(SPLIT, ""), add_special_tokens=add_special_tokens)["input_ids"]])

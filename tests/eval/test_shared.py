@@ -28,6 +28,9 @@ class FakeSample:
     metric: str = "part"
     max_new_tokens: int = 5
     seed: int = 3
+    task: str = "niah_single"
+    suite: str | None = None
+    tags: tuple = ()
 
     def prompt_ids(self, tokenizer) -> torch.Tensor:
         return self.ids
@@ -173,6 +176,45 @@ def test_a_batch_of_units_answers_as_each_unit_alone(make_model, mode, monkeypat
     run_units(model, tokenizer, units, samples, chosen, logits_of(batched, monkeypatch), keep_maps=[True, False, True])
     assert len(batched) == 3 * len(chosen) and len({r["tokens"] for r in batched}) == 3
     by_id = {r["id"]: r for r in alone}
+    for row in batched:
+        expected = by_id[row["id"]]
+        assert torch.equal(row.pop("_logits"), expected.pop("_logits")), row["id"]
+        for times in ("seconds", "compression_seconds"):
+            row.pop(times), expected.pop(times)
+        assert row == expected
+
+
+@pytest.mark.parametrize("oracle", [False, True])
+def test_questions_on_one_context_share_its_compression_and_answer_as_alone(oracle, monkeypatch) -> None:
+    """Query-agnostic units whose contexts are the same tokens (a benchmark row's questions) are
+    prefilled and compressed once, then each question decodes as its unit alone would; with an
+    oracle cell (its future is each question's answer) every question compresses its own copy."""
+    import lorekv.eval.shared as shared
+
+    model, tokenizer = tiny_llama(), word_tokenizer()
+    context = random_ids(40, seed=11)
+    samples = [
+        FakeSample(torch.cat([context, random_ids(q, seed=q)], dim=1), split=40, answers=(f"w{q}",)) for q in (5, 8, 6)
+    ]
+    samples.insert(2, FakeSample(random_ids(46, seed=2), split=40))  # another context among them
+    units = [Unit("tiny", "query_agnostic", 48, parse_task("niah_single"), i) for i in range(4)]
+    names = ["full", "lore_kv", "h2o"] + (["lore_kv_oracle"] if oracle else [])
+    chosen = [c for c in cells() if c.method.name in names and c.budget.label in ("full", "B=8", "ratio=0.75")]
+    alone: list[dict] = []
+    for unit, sample in zip(units, samples, strict=True):
+        run_unit(model, tokenizer, unit, sample, chosen, logits_of(alone, monkeypatch))
+    prefilled: list[int] = []
+    real_prefill = shared.prefill
+    monkeypatch.setattr(
+        shared,
+        "prefill",
+        lambda model, ids, *a, **k: prefilled.append(ids.shape[0]) or real_prefill(model, ids, *a, **k),
+    )
+    batched: list[dict] = []
+    run_units(model, tokenizer, units, samples, chosen, logits_of(batched, monkeypatch))
+    assert prefilled == [4 if oracle else 2]
+    by_id = {r["id"]: r for r in alone}
+    assert len(batched) == len(alone) == 4 * len(chosen)
     for row in batched:
         expected = by_id[row["id"]]
         assert torch.equal(row.pop("_logits"), expected.pop("_logits")), row["id"]

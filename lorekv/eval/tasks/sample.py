@@ -1,15 +1,16 @@
-"""One synthetic long-context sample, its chat prompt and its metric."""
+"""One long-context sample (drawn by a task family or read from a benchmark file), its prompt and its metric."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
-from lorekv.eval.tasks.metrics import METRICS
-from lorekv.models.tokens import SPLIT, chat_text, encode, encode_split
+from lorekv.eval.tasks.metrics import metric_function
+from lorekv.models.tokens import SPLIT, chat_text, encode, encode_split, leading_special_text
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -32,8 +33,16 @@ class Sample:
         answer_prefix: the start of the assistant's turn, part of the prompt (RULER's templates
             do the same), so that the answer proper starts right away.
         answers: the gold answers.
-        metric: ``"all"`` (every answer must be produced) or ``"part"`` (any one suffices).
+        metric: the metric's name: ``"all"`` (every answer must be produced), ``"part"`` (any one
+            suffices), or a suite's metric (:data:`lorekv.eval.suites.metrics.SUITE_METRICS`).
         max_new_tokens: how many tokens to generate for the answer.
+        separator: the text between the context and the question.
+        chat: wrap the prompt in the tokenizer's chat template (when it has one); otherwise the
+            bare text, after the special tokens the tokenizer puts in front of any text (its BOS).
+        plain_suffix: what follows the question when no chat template wraps it.
+        classes: the label set of a classification metric.
+        suite: the benchmark suite the sample comes from (None for a generated task).
+        tags: what the suite's averages group by besides the task (``difficulty``, ``length``).
     """
 
     task: str
@@ -43,17 +52,25 @@ class Sample:
     question: str
     answer_prefix: str
     answers: tuple[str, ...]
-    metric: Literal["all", "part"]
+    metric: str
     max_new_tokens: int
+    separator: str = "\n\n"
+    chat: bool = True
+    plain_suffix: str = PLAIN_SUFFIX
+    classes: tuple[str, ...] = ()
+    suite: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
 
     def score(self, prediction: str) -> float:
         """The sample's metric of ``prediction`` against its gold answers, in [0, 1]."""
-        return METRICS[self.metric](prediction, self.answers)
+        return metric_function(self.metric)(prediction, self.answers, classes=self.classes)
 
     def prompt_text(self, tokenizer: PreTrainedTokenizerBase) -> str:
-        """The chat prompt, answer prefix included, with :data:`SPLIT` where the context ends."""
-        user = f"{self.context}{SPLIT}\n\n{self.question}"
-        return chat_text(tokenizer, user, plain_suffix=PLAIN_SUFFIX) + self.answer_prefix
+        """The whole prompt, answer prefix included, with :data:`SPLIT` where the context ends."""
+        user = f"{self.context}{SPLIT}{self.separator}{self.question}"
+        if self.chat and getattr(tokenizer, "chat_template", None):
+            return chat_text(tokenizer, user) + self.answer_prefix
+        return leading_special_text(tokenizer) + user + self.plain_suffix + self.answer_prefix
 
     def prompt_ids(self, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
         """(1, n) the whole chat prompt, question included (query-aware use)."""

@@ -1,4 +1,4 @@
-"""Tokenizers for the task tests: a tiny regex tokenizer (fast, no model) and the real SmolLM2 one."""
+"""A tiny regex tokenizer for the task tests (fast, no model); the real SmolLM2 one is in tests/eval/conftest.py."""
 
 from __future__ import annotations
 
@@ -33,13 +33,3 @@ class TinyTokenizer:
 @pytest.fixture(scope="session")
 def tiny_tokenizer() -> TinyTokenizer:
     return TinyTokenizer()
-
-
-@pytest.fixture(scope="session")
-def smollm2_tokenizer():
-    """The bundled SmolLM2-135M-Instruct's tokenizer (the model cache loads in seconds)."""
-    pytest.importorskip("gguf")
-    from lorekv.models import load
-
-    _, tokenizer = load("smollm2-135m-instruct")
-    return tokenizer
