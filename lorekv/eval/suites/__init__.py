@@ -1,0 +1,1 @@
+"""Readers, prompts and answer metrics of the standard long-context suites."""
