@@ -3,7 +3,7 @@
 ``pip install lorekv`` installs what compression needs (torch, transformers, einops, pydantic,
 pyyaml, numpy). The command line, progress bars, report figures, GGUF files and ``device_map``
 placement need more; ``pyproject.toml``'s extras bring it (``lorekv[cli]``, ``lorekv[eval]``,
-``lorekv[plots]``, ``lorekv[gguf]``, ``lorekv[accelerate]``, ``lorekv[all]``).
+``lorekv[plots]``, ``lorekv[gguf]``, ``lorekv[accelerate]``, ``lorekv[suites]``, ``lorekv[all]``).
 """
 
 from __future__ import annotations
