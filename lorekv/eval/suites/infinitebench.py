@@ -85,15 +85,15 @@ METRICS: dict[str, str] = {
     "passkey": "infbench_passkey",
     "number_string": "infbench_passkey",  # get_score_one_number_string is the passkey scorer (first integer).
     "kv_retrieval": "infbench_kv_retrieval",
-    "longbook_sum_eng": "infbench_rouge_lsum",
-    "longbook_choice_eng": "infbench_choice",
-    "longbook_qa_eng": "infbench_qa_f1",
-    "longbook_qa_chn": "infbench_qa_f1_zh",
+    "longbook_sum_eng": "infbench_longbook_sum_eng",
+    "longbook_choice_eng": "infbench_longbook_choice_eng",
+    "longbook_qa_eng": "infbench_longbook_qa_eng",
+    "longbook_qa_chn": "infbench_longbook_qa_chn",
     "math_find": "infbench_math_find",
     "math_calc": "infbench_math_calc",
     "code_run": "infbench_code_run",
     "code_debug": "infbench_code_debug",
-    "longdialogue_qa_eng": "infbench_dialogue",
+    "longdialogue_qa_eng": "infbench_longdialogue_qa_eng",
 }
 """The metric of each task: ``get_score_one`` of ``src/compute_scores.py``, named by scorer."""
 
@@ -194,8 +194,9 @@ def _choice_answers(answer: Any, options: list[str]) -> tuple[str, ...]:
 
 
 def _sequence_answers(answer: Any) -> tuple[str, ...]:
-    """math_calc's gold: the expression's intermediate values in order, all of them (a list of numbers,
-    possibly wrapped in a one-item list as ``get_score_one_math_calc`` allows)."""
+    """math_calc's gold: the expression's intermediate values in order (a list of numbers, possibly
+    wrapped in a one-item list as ``get_score_one_math_calc`` allows), as one answer ``"[v1, v2, ...]"``:
+    the metric scores the prediction's correct prefix of the whole sequence."""
     if isinstance(answer, list) and answer and isinstance(answer[0], list):
         answer = answer[0]
-    return answers_of(answer, "answer")
+    return ("[" + ", ".join(answers_of(answer, "answer")) + "]",)

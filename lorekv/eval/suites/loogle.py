@@ -21,10 +21,10 @@ Where each part comes from, in the upstream repository:
   ``--max_length`` tokens in the middle, keeping both halves: ``truncate=True``;
 - metrics: ``Evaluation/automatic_metrics.py``: ROUGE-L for the QA and summarization tasks
   (``get_rouge_score``, which reports recall), exact/partial match of the masked entities for cloze
-  (``get_exact_match``, ``get_partial_match``); named ``loogle_rouge_l`` and ``loogle_cloze`` here.
+  (``get_exact_match``, ``get_partial_match``); named ``loogle_rouge_l`` and ``loogle_cloze_exact`` here.
 
 A cloze answer is a mapping from each ``<mask-n>`` to its entity; the gold answer of the :class:`Turn`
-is that mapping as JSON text (``json.dumps``, non-ASCII kept), which ``loogle_cloze`` reads back.
+is that mapping as JSON text (``json.dumps``, non-ASCII kept), which ``loogle_cloze_exact`` reads back.
 
 Chat: the open-source script feeds the prompt as plain text; lorekv wraps it in the tokenizer's chat
 template (:data:`CHAT`), as it does for the other instruction-following suites.
@@ -63,7 +63,7 @@ METRICS: dict[str, str] = {
     "shortdep_qa": "loogle_rouge_l",
     "longdep_qa": "loogle_rouge_l",
     "longdep_summarization": "loogle_rouge_l",
-    "shortdep_cloze": "loogle_cloze",
+    "shortdep_cloze": "loogle_cloze_exact",
 }
 
 SUMMARIZATION = "longdep_summarization"

@@ -383,6 +383,17 @@ def infbench_kv_retrieval(prediction: str, answers: Sequence[str], *, classes: S
     return _best(one, prediction, answers)
 
 
+def _after_first_prefix(text: str, prefixes: Sequence[str]) -> str | None:
+    """The text after the first of ``prefixes`` found (in that order) and one more character, as
+    InfiniteBench's choice scorers read an answer ('' when the text ends there); None if none is found.
+    A text that ends right at the prefix gives '', which starts with no option (upstream's 0)."""
+    for prefix in prefixes:
+        at = text.find(prefix)
+        if at != -1:
+            return text[at + len(prefix) + 1 :]
+    return None
+
+
 def infbench_longbook_choice_eng(prediction: str, answers: Sequence[str], *, classes: Sequence[str] = ()) -> float:
     """InfiniteBench's multiple-choice rule; ``answers`` is its label ``[option text, option letter]``.
 
@@ -403,14 +414,9 @@ def infbench_longbook_choice_eng(prediction: str, answers: Sequence[str], *, cla
     if text in label:
         return 1.0
     text = _collapse_double_spaces(_replace_all(text, ("\n", '"', "'", ".", ",", "?", "!", "{", "}")))
-    for prefix in ("answer is:", "answer:", "answer is", "option is"):
-        at = text.find(prefix)
-        if at == -1:
-            continue
-        rest_starts = at + len(prefix) + 1
-        if len(text) < rest_starts:
-            return 0.0
-        return float(any(text[rest_starts:].startswith(option) for option in label))
+    rest = _after_first_prefix(text, ("answer is:", "answer:", "answer is", "option is"))
+    if rest is not None:
+        return float(any(rest.startswith(option) for option in label))
     for word in text.split():
         if word in "ABCD":  # a substring test, as upstream: "BC" counts as a letter word (and then scores 0)
             return float(word in label)
@@ -536,16 +542,8 @@ def infbench_code_debug(prediction: str, answers: Sequence[str], *, classes: Seq
         return 1.0
     text = _replace_all(text, ("\n", "`", "'", '"', "-", "*", "Option", "option"))
     text = _collapse_double_spaces(text)
-    for prefix in ("answer is:", "is:", "answer:", "correct option is:"):
-        at = text.find(prefix)
-        if at == -1:
-            continue
-        rest_starts = at + len(prefix) + 1
-        if len(text) < rest_starts:
-            return 0.0
-        rest = text[rest_starts:]
-        return float(rest.startswith(letter) or rest.startswith(function_name))
-    return 0.0
+    rest = _after_first_prefix(text, ("answer is:", "is:", "answer:", "correct option is:"))
+    return 0.0 if rest is None else float(rest.startswith(letter) or rest.startswith(function_name))
 
 
 def infbench_longdialogue_qa_eng(prediction: str, answers: Sequence[str], *, classes: Sequence[str] = ()) -> float:
@@ -645,6 +643,20 @@ def loogle_cloze_partial(prediction: str, answers: Sequence[str], *, classes: Se
 
 
 # --------------------------------------------------------------------------------------------------
+# SCBench
+
+
+def scbench_kv_retrieval(prediction: str, answers: Sequence[str], *, classes: Sequence[str] = ()) -> float:
+    """1 if a gold value occurs in the prediction (case-sensitive substring), else 0.
+
+    SCBench scores its key-value, hash-hop and prefix-suffix retrieval this way, not by
+    InfiniteBench's word match. From microsoft/MInference ``scbench/compute_scores.py``,
+    ``get_score_one_kv_retrieval`` (https://arxiv.org/abs/2412.10319).
+    """
+    return float(any(gold in prediction for gold in _golds(answers)))
+
+
+# --------------------------------------------------------------------------------------------------
 # RULER
 
 
@@ -699,6 +711,8 @@ _BASE: dict[str, Metric] = {
     "loogle_rouge_l": loogle_rouge_l,
     "loogle_cloze_exact": loogle_cloze_exact,
     "loogle_cloze_partial": loogle_cloze_partial,
+    # SCBench
+    "scbench_kv_retrieval": scbench_kv_retrieval,
     # RULER
     "all": ruler_all,
     "part": ruler_part,
@@ -748,6 +762,7 @@ __all__ = [
     "infbench_passkey",
     "loogle_cloze_exact",
     "loogle_cloze_partial",
+    "scbench_kv_retrieval",
     "loogle_rouge_l",
     "metric",
     "qa_f1",

@@ -113,14 +113,14 @@ METRICS: dict[str, str] = {
     "scbench_hashhop": "scbench_kv_retrieval",
     "scbench_prefix_suffix": "scbench_kv_retrieval",
     "scbench_passkey": "infbench_passkey",
-    "scbench_choice_eng": "infbench_choice",
+    "scbench_choice_eng": "infbench_longbook_choice_eng",
     # Multiturnbench_to_Infinitebench maps scbench_qa_eng to SCBench's longdialogue_qa_eng scorer: any gold
     # answer, case-folded, inside the case-folded answer; that is string match "part".
     "scbench_qa_eng": "part",
     "scbench_many_shot": "part",
-    "scbench_qa_chn": "infbench_qa_f1_zh",
+    "scbench_qa_chn": "infbench_longbook_qa_chn",
     "scbench_mf": "infbench_math_find",
-    "scbench_summary": "infbench_rouge_lsum",
+    "scbench_summary": "infbench_longbook_sum_eng",
     "scbench_vt": "all",  # string_match_all
 }
 """The scorer of each task (``compute_scores.py``), by lorekv metric name."""

@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from lorekv.eval.suites import generic, longbench, longbench_v2, ruler  # noqa: F401  (registration)
+from lorekv.eval.suites import (  # noqa: F401  (registration)
+    generic,
+    infinitebench,
+    longbench,
+    longbench_v2,
+    loogle,
+    ruler,
+    scbench,
+)
 from lorekv.eval.suites.reader import SourceRow, files_of, read_file, read_hub
 from lorekv.eval.suites.record import FORMATS, Record, RowError
 from lorekv.eval.tasks.base import TaskConfig

@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from eval.suites.format_rows import changed, check_bad_row, fixture_rows, parsed
 
 import lorekv.eval.suites.infinitebench  # noqa: F401  (registers the format)
-from lorekv.eval.suites.record import FORMATS, Record, RowError
+from lorekv.eval.suites.record import FORMATS, Record
 
-FIXTURES = Path(__file__).parent / "fixtures" / "infinitebench"
 FMT = FORMATS["infinitebench"]
 
 
 def rows(task: str) -> list[dict[str, Any]]:
-    lines = (FIXTURES / f"{task}.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    return fixture_rows("infinitebench", task)
 
 
 def records(task: str) -> list[Record]:
-    source = str(FIXTURES / f"{task}.jsonl")
-    return [FMT.parse(row, FMT.subtask_hint(source)) for row in rows(task)]
+    return parsed(FMT, "infinitebench", task)
 
 
 # (task, row, context, separator, question, answers, metric, max_new_tokens)
@@ -82,7 +78,7 @@ CASES = [
         "\n\n",
         "Question: Who bought honey from Mira?\nAnswer:",
         ("Tobin", "the baker Tobin"),
-        "infbench_qa_f1",
+        "infbench_longbook_qa_eng",
         40,
     ),
     (
@@ -93,7 +89,7 @@ CASES = [
         "\n\n",
         "Question: When did the ferry leave?\nAnswer:",
         ("At dawn",),
-        "infbench_qa_f1",
+        "infbench_longbook_qa_eng",
         40,
     ),
     (
@@ -103,7 +99,7 @@ CASES = [
         "\n\n",
         "问题：小林早上去哪里？\n答案：",
         ("河边",),
-        "infbench_qa_f1_zh",
+        "infbench_longbook_qa_chn",
         40,
     ),
     (
@@ -113,7 +109,7 @@ CASES = [
         "\n\n",
         "Summary:",
         ("A clockmaker loses his keys and his cat finds them.",),
-        "infbench_rouge_lsum",
+        "infbench_longbook_sum_eng",
         1200,
     ),
     (
@@ -124,7 +120,7 @@ CASES = [
         "Question: What colour was the gate in the end?\nA. Blue\nB. Green\nC. Grey\nD. Red\n\n"
         "The letter of the correct answer is",
         ("Grey", "C"),
-        "infbench_choice",
+        "infbench_longbook_choice_eng",
         40,
     ),
     (
@@ -134,7 +130,7 @@ CASES = [
         "\n\n",
         "Question: What did Oren do?\nA. Slept\nB. Sang\nC. Swam\nD. Sat\n\nThe letter of the correct answer is",
         ("Sang", "B"),
-        "infbench_choice",
+        "infbench_longbook_choice_eng",
         40,
     ),
     (
@@ -146,7 +142,7 @@ CASES = [
         "\n\n",
         "The name that has been replaced with $$MASK$$ is likely",
         ("ABE",),
-        "infbench_dialogue",
+        "infbench_longdialogue_qa_eng",
         40,
     ),
     (
@@ -167,7 +163,7 @@ CASES = [
         "Expression: 8 - 3 + 2 - 4\nValues: [8, 5, 7, 3]\n\nExpression: 3 + 2 - 4",
         "\n",
         "Values:",
-        ("3", "5", "1"),
+        ("[3, 5, 1]",),
         "infbench_math_calc",
         30000,
     ),
@@ -243,17 +239,11 @@ def test_an_explicit_subtask_is_used_whatever_the_file() -> None:
     record = FMT.parse(row, "longbook_qa_chn")
     assert record.subtask == "longbook_qa_chn"
     assert record.context.startswith("阅读以下书籍然后回答问题。\n\n")
-    assert record.metric == "infbench_qa_f1_zh"
+    assert record.metric == "infbench_longbook_qa_chn"
 
 
 def bad(task: str, **change: Any) -> dict[str, Any]:
-    row = dict(rows(task)[0])
-    for key, value in change.items():
-        if value is None:
-            del row[key]
-        else:
-            row[key] = value
-    return row
+    return changed(rows(task)[0], **change)
 
 
 @pytest.mark.parametrize(
@@ -276,9 +266,7 @@ def bad(task: str, **change: Any) -> dict[str, Any]:
     ],
 )
 def test_bad_rows_raise_row_error(task: str | None, row: dict[str, Any], message: str) -> None:
-    with pytest.raises(RowError, match=message) as caught:
-        FMT.parse(row, task)
-    assert "\n" not in str(caught.value)
+    check_bad_row(FMT, task, row, message)
 
 
 def test_format_is_registered_with_its_attributes() -> None:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from eval.suites.format_rows import changed, check_bad_row, check_flags, fixture_rows, parsed
 
 import lorekv.eval.suites.loogle  # noqa: F401  (registers the format)
-from lorekv.eval.suites.record import FORMATS, Record, RowError
+from lorekv.eval.suites.record import FORMATS, Record
 
-FIXTURES = Path(__file__).parent / "fixtures" / "loogle"
 FMT = FORMATS["loogle"]
 
 QA_HEAD = "Please answer the question based on the long texts below. \n"
@@ -24,21 +23,11 @@ CLOZE_HEAD = (
 
 
 def rows(task: str) -> list[dict[str, Any]]:
-    lines = (FIXTURES / f"{task}.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    return fixture_rows("loogle", task)
 
 
 def records(task: str) -> list[Record]:
-    source = str(FIXTURES / f"{task}.jsonl")
-    return [FMT.parse(row, FMT.subtask_hint(source)) for row in rows(task)]
-
-
-def check_flags(record: Record, metric: str, max_new_tokens: int) -> None:
-    assert record.metric == metric
-    assert record.max_new_tokens == max_new_tokens
-    assert record.chat is True
-    assert record.truncate is True
-    assert all(turn.answer_prefix == "" for turn in record.turns)
+    return parsed(FMT, "loogle", task)
 
 
 def test_shortdep_qa_has_one_turn_per_question() -> None:
@@ -85,7 +74,7 @@ def test_shortdep_cloze_answers_are_json_mask_maps() -> None:
     )
     assert record.turns[0].answers == ('{"<mask-0>": "Pim Castell", "<mask-1>": "Veldt"}',)
     assert json.loads(record.turns[0].answers[0]) == {"<mask-0>": "Pim Castell", "<mask-1>": "Veldt"}
-    check_flags(record, "loogle_cloze", 50)
+    check_flags(record, "loogle_cloze_exact", 50)
 
 
 def test_longdep_summarization_has_one_turn_with_the_summary() -> None:
@@ -120,13 +109,7 @@ def test_subtask_hint_and_explicit_subtask() -> None:
 
 
 def bad(task: str, **change: Any) -> dict[str, Any]:
-    row = dict(rows(task)[0])
-    for key, value in change.items():
-        if value is None:
-            del row[key]
-        else:
-            row[key] = value
-    return row
+    return changed(rows(task)[0], **change)
 
 
 @pytest.mark.parametrize(
@@ -155,9 +138,7 @@ def bad(task: str, **change: Any) -> dict[str, Any]:
     ],
 )
 def test_bad_rows_raise_row_error(task: str | None, row: dict[str, Any], message: str) -> None:
-    with pytest.raises(RowError, match=message) as caught:
-        FMT.parse(row, task)
-    assert "\n" not in str(caught.value)
+    check_bad_row(FMT, task, row, message)
 
 
 def test_format_is_registered_with_its_attributes() -> None:

@@ -436,3 +436,11 @@ def test_qa_f1_is_one_for_identical_normalised_strings(first, second):
         assert m.qa_f1(normalised.upper() + " .", [first]) == 1.0
     if sorted(m._normalize_en(first).split()) != sorted(m._normalize_en(second).split()):
         assert m.qa_f1(first, [second]) < 1.0
+
+
+def test_scbench_kv_retrieval_is_a_case_sensitive_substring_match() -> None:
+    from lorekv.eval.suites.metrics import scbench_kv_retrieval
+
+    assert scbench_kv_retrieval("the value is a1b2-c3", ["a1b2-c3"]) == 1.0
+    assert scbench_kv_retrieval("the value is A1B2-C3", ["a1b2-c3"]) == 0.0
+    assert scbench_kv_retrieval("none", ["x9", "non"]) == 1.0

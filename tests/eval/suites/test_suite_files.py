@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lorekv.eval.suites.metrics import metric
 from lorekv.eval.suites.record import FORMATS
 from lorekv.eval.suites.task import FileTaskConfig, load, truncate_middle
 from lorekv.models.tokens import SPLIT
@@ -226,5 +227,24 @@ def test_bad_options_fail_before_reading() -> None:
         load(task(format="longbench", path=str(FIXTURES / "ruler")))
 
 
-def test_every_format_is_registered() -> None:
-    assert {"longbench", "longbench_v2", "ruler", "ruler_unified", "jsonl"} <= set(FORMATS)
+FIXTURE_OF = {
+    "longbench": "longbench",
+    "longbench_v2": "longbench_v2",
+    "ruler": "ruler",
+    "ruler_unified": "ruler_unified",
+    "jsonl": "jsonl",
+    "infinitebench": "infinitebench",
+    "loogle": "loogle",
+    "scbench": "scbench",
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(FIXTURE_OF))
+def test_every_format_reads_its_fixture_into_registered_metrics(fmt) -> None:
+    assert set(FIXTURE_OF) == set(FORMATS)
+    questions = load(task(format=fmt, path=str(FIXTURES / FIXTURE_OF[fmt])))
+    assert questions
+    for question in questions:
+        scorer = metric(question.record.metric)
+        answers = question.record.turns[question.turn].answers
+        assert 0.0 <= scorer("no answer here", answers, classes=question.record.classes) <= 1.0
