@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lorekv.eval.markdown import md_table
 from lorekv.eval.rows import (
     FULL,
     Cell,
@@ -67,13 +68,6 @@ def fmt_difference(diff: PairedDifference) -> str:
 def fmt_seconds(seconds: float) -> str:
     """Three significant digits, trailing zeros kept: ``1.00 s``, ``0.0123 s``, ``123 s``."""
     return f"{seconds:.0f} s" if seconds >= 100 else f"{seconds:#.3g} s"
-
-
-def md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
-    """A Markdown table (first column left-aligned, the others right-aligned)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
-    lines += ["| " + " | ".join(cells) + " |" for cells in body]
-    return lines
 
 
 def _method_name(method: str) -> str:

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any, ClassVar
 
-from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, answers_of, register, require
+from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, answers_of, register, required_field
 
 TEMPLATES: dict[str, str] = {
     "passkey": "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
@@ -136,17 +136,17 @@ class InfiniteBench(SuiteFormat):
             raise RowError("no InfiniteBench task: name the file after one (passkey.jsonl) or give the sub-task")
         if subtask not in TEMPLATES:
             raise RowError(f"unknown InfiniteBench task {subtask!r}; known: {', '.join(TEMPLATES)}")
-        context = require(row, "context")
-        query = require(row, "input")
+        context = required_field(row, "context")
+        query = required_field(row, "input")
         values: dict[str, str] = {"input": query, "question": query}
         if subtask in CHOICE_TASKS:
             options = _options(row)
             values.update({f"OPTION_{letter}": option for letter, option in zip(LETTERS, options, strict=True)})
-            answers = _choice_answers(require(row, "answer", (list, str)), options)
+            answers = _choice_answers(required_field(row, "answer", (list, str)), options)
         elif subtask == "math_calc":
-            answers = _sequence_answers(require(row, "answer", (list, str, int, float)))
+            answers = _sequence_answers(required_field(row, "answer", (list, str, int, float)))
         else:
-            answers = answers_of(require(row, "answer", (list, str, int, float)), "answer")
+            answers = answers_of(required_field(row, "answer", (list, str, int, float)), "answer")
         if subtask == "code_run":
             found = _FUNC_CALL.search(query)
             if found is None:
@@ -174,7 +174,7 @@ class InfiniteBench(SuiteFormat):
 
 def _options(row: Mapping[str, Any]) -> list[str]:
     """The four options of a choice row, as text."""
-    options = require(row, "options", list)
+    options = required_field(row, "options", list)
     if len(options) < len(LETTERS) or not all(isinstance(o, str) for o in options):
         raise RowError(f"field 'options' must be a list of {len(LETTERS)} strings, got {len(options)} items")
     return options[: len(LETTERS)]

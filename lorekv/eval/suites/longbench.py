@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, answers_of, register, require
+from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, answers_of, register, required_field
 
 
 class Dataset(NamedTuple):
@@ -187,14 +187,14 @@ class LongBench(SuiteFormat):
         return Path(source).stem
 
     def parse(self, row: Mapping[str, Any], subtask: str | None) -> Record:
-        dataset = require(row, "dataset")
+        dataset = required_field(row, "dataset")
         base = dataset.removesuffix("_e")
         if base not in DATASETS:
             raise RowError(f"unknown LongBench dataset {dataset!r}; known: {', '.join(DATASETS)}")
         if dataset.endswith("_e") or (subtask or "").endswith("_e"):
             dataset = f"{base}_e"  # LongBench-E, whose files are named <dataset>_e.jsonl
         spec = DATASETS[base]
-        text = {"context": require(row, "context"), "input": require(row, "input")}
+        text = {"context": required_field(row, "context"), "input": required_field(row, "input")}
         head, tail = split_template(spec.template, text)
         classes = row.get("all_classes") or ()
         if not isinstance(classes, (list, tuple)) or not all(isinstance(c, str) for c in classes):

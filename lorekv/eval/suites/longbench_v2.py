@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, register, require
+from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, register, required_field
 
 TEMPLATE_HEAD = "Please read the following text and answer the question below.\n\n<text>\n"
 TEMPLATE_TAIL = (
@@ -38,15 +38,15 @@ class LongBenchV2(SuiteFormat):
     fields = ("question", "choice_A", "choice_B", "choice_C", "choice_D", "answer", "context")
 
     def parse(self, row: Mapping[str, Any], subtask: str | None) -> Record:
-        answer = require(row, "answer")
+        answer = required_field(row, "answer")
         if answer not in LETTERS:
             raise RowError(f"field 'answer' must be one of {', '.join(LETTERS)}, got {answer!r}")
-        choices = {letter: require(row, f"choice_{letter}").strip() for letter in LETTERS}
-        question = TEMPLATE_TAIL.format(question=require(row, "question").strip(), **choices)
+        choices = {letter: required_field(row, f"choice_{letter}").strip() for letter in LETTERS}
+        question = TEMPLATE_TAIL.format(question=required_field(row, "question").strip(), **choices)
         tags = {key: row[key] for key in ("domain", "difficulty", "length") if isinstance(row.get(key), str)}
         return Record(
             subtask="all",
-            context=TEMPLATE_HEAD + require(row, "context").strip(),
+            context=TEMPLATE_HEAD + required_field(row, "context").strip(),
             turns=(Turn(question, (answer,)),),
             metric="choice",
             max_new_tokens=128,

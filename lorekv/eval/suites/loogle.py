@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any, ClassVar
 
-from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, register, require
+from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, register, required_field
 
 TEMPLATES: dict[str, str] = {
     "shortdep_qa": "Please answer the question based on the long texts below. \n{input}\nQuestion: {Q}\nAnswer: ",
@@ -90,11 +90,11 @@ class LooGLE(SuiteFormat):
             raise RowError("no LooGLE task: name the file after one (shortdep_qa.jsonl) or give the sub-task")
         if subtask not in TEMPLATES:
             raise RowError(f"unknown LooGLE task {subtask!r}; known: {', '.join(TEMPLATES)}")
-        document = require(row, "input")
+        document = required_field(row, "input")
         head, tail = TEMPLATES[subtask].split("{input}")
         question = tail.lstrip()
         if subtask == SUMMARIZATION:
-            summary = require(row, "output")
+            summary = required_field(row, "output")
             if not summary.strip():
                 raise RowError("field 'output' is empty: a summarization row needs its gold summary")
             turns = (Turn(question=question.format(), answers=(summary,)),)
@@ -117,7 +117,7 @@ class LooGLE(SuiteFormat):
 def _pairs(row: Mapping[str, Any], cloze: bool) -> list[tuple[str, str]]:
     """The (question, gold answer) pairs of ``qa_pairs``: a list, or the text of a Python literal list
     (read with ``ast.literal_eval``, never evaluated); a cloze answer, a mask -> entity mapping, as JSON."""
-    value = require(row, "qa_pairs", (list, str))
+    value = required_field(row, "qa_pairs", (list, str))
     if isinstance(value, str):
         if value.strip().lower() == "none":
             raise RowError("field 'qa_pairs' is 'none': only longdep_summarization rows have no questions")

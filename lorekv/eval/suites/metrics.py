@@ -54,8 +54,6 @@ class Metric(Protocol):
     def __call__(self, prediction: str, answers: Sequence[str], *, classes: Sequence[str] = ()) -> float: ...
 
 
-_EXTRA = "suites"
-
 LONGBENCH = "THUDM/LongBench (https://arxiv.org/abs/2308.14508)"
 LONGBENCH_V2 = "THUDM/LongBench v2 (https://arxiv.org/abs/2412.15204)"
 INFINITEBENCH = "OpenBMB/InfiniteBench (https://arxiv.org/abs/2402.13718)"
@@ -113,7 +111,7 @@ def _token_f1(predicted: Sequence[str], gold: Sequence[str]) -> float:
 
 def _jieba_words(text: str) -> list[str]:
     """``text`` segmented by jieba in its default (accurate, not full) mode."""
-    jieba = require("jieba", extra=_EXTRA, what="Chinese metrics")
+    jieba = require("jieba", extra="suites", what="Chinese metrics")
     return list(jieba.cut(text, cut_all=False))
 
 
@@ -169,7 +167,7 @@ def qa_f1_zh(prediction: str, answers: Sequence[str], *, classes: Sequence[str] 
 
 def _rouge_package_l_f(prediction: str, gold: str) -> float:
     """The ``rouge`` package's ROUGE-L F (summary-level LCS over '.'-split sentences); 0 if it raises."""
-    rouge = require("rouge", extra=_EXTRA, what="LongBench ROUGE-L")
+    rouge = require("rouge", extra="suites", what="LongBench ROUGE-L")
     try:
         return float(rouge.Rouge().get_scores([prediction], [gold], avg=True)["rouge-l"]["f"])
     except Exception:  # the package raises on an empty hypothesis or reference; LongBench scores that 0
@@ -279,7 +277,7 @@ def _fuzzywuzzy_ratio(first: str, second: str) -> int:
         return 100
     if not first or not second:
         return 0
-    fuzz = require("rapidfuzz.fuzz", extra=_EXTRA, what="LongBench code similarity")
+    fuzz = require("rapidfuzz.fuzz", extra="suites", what="LongBench code similarity")
     return int(round(fuzz.ratio(first, second)))
 
 
@@ -442,7 +440,7 @@ def infbench_longbook_sum_eng(prediction: str, answers: Sequence[str], *, classe
     ``evaluate.load("rouge")`` (a wrapper of rouge-score with ``use_stemmer=False``) and reads
     ``rougeLsum`` (https://arxiv.org/abs/2402.13718).
     """
-    scorer_module = require("rouge_score.rouge_scorer", extra=_EXTRA, what="InfiniteBench ROUGE-Lsum")
+    scorer_module = require("rouge_score.rouge_scorer", extra="suites", what="InfiniteBench ROUGE-Lsum")
     scorer = scorer_module.RougeScorer(["rougeLsum"], use_stemmer=False)
     return float(scorer.score_multi(list(_golds(answers)), prediction)["rougeLsum"].fmeasure)
 
@@ -576,7 +574,7 @@ def loogle_rouge_l(prediction: str, answers: Sequence[str], *, classes: Sequence
     stops; this scores 0. From LooGLE ``Evaluation/automatic_metrics.py``, ``get_rouge_score``, and
     ``Evaluation/automatic_eval.py``, ``evaluation`` (https://arxiv.org/abs/2311.04939).
     """
-    rouge = require("rouge", extra=_EXTRA, what="LooGLE ROUGE-L")
+    rouge = require("rouge", extra="suites", what="LooGLE ROUGE-L")
 
     def one(p: str, gold: str) -> float:
         try:

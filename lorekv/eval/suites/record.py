@@ -114,7 +114,7 @@ def register(fmt: type[SuiteFormat]) -> type[SuiteFormat]:
     return fmt
 
 
-def require(row: Mapping[str, Any], name: str, kind: type | tuple[type, ...] = str) -> Any:
+def required_field(row: Mapping[str, Any], name: str, kind: type | tuple[type, ...] = str) -> Any:
     """``row[name]``, which must exist and be of ``kind``."""
     if name not in row:
         raise RowError(f"missing field {name!r}")

@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lorekv.eval.markdown import md_table
 from lorekv.eval.rows import FULL, budget_labels, cell_label, methods_of
 
 
@@ -55,8 +56,6 @@ def suite_tables(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], keys: Any) -> list[str]:
     """method x budget rows, a column per key value (``Avg``: the mean of the other columns)."""
-    from lorekv.eval.report import md_table
-
     body = []
     for method in methods_of(rows):
         for label in [FULL] if method == FULL else budget_labels(rows):

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, answers_of, register, require
+from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, answers_of, register, required_field
 
 
 class Kind(NamedTuple):
@@ -70,7 +70,7 @@ class Ruler(SuiteFormat):
         if not isinstance(task, str) or not task:
             raise RowError("no task name: a RULER file lies at <task>/validation.jsonl or is named after its task")
         kind = kind_of(task)
-        text = require(row, "input")
+        text = required_field(row, "input")
         cut = text.rfind(kind.question_start)
         if cut <= 0:
             raise RowError(f"no {kind.question_start.strip()!r} in 'input': where does the question of {task} start?")
@@ -97,7 +97,7 @@ class RulerUnified(SuiteFormat):
     fields = ("context", "question", "answer", "task")
 
     def parse(self, row: Mapping[str, Any], subtask: str | None) -> Record:
-        task = require(row, "task")
+        task = required_field(row, "task")
         kind = kind_of(task)
         return unified_record(row, task, kind.metric, kind.max_new_tokens)
 
@@ -113,8 +113,8 @@ def unified_record(row: Mapping[str, Any], task: str, metric: str, max_new_token
         raise RowError(f"field 'max_new_tokens' must be an integer >= 1, got {budget!r}")
     return Record(
         subtask=task,
-        context=require(row, "context"),
-        turns=(Turn(require(row, "question"), answers_of(row["answer"], "answer"), prefix),),
+        context=required_field(row, "context"),
+        turns=(Turn(required_field(row, "question"), answers_of(row["answer"], "answer"), prefix),),
         metric=metric,
         max_new_tokens=budget,
         chat=True,

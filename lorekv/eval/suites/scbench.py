@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any, ClassVar
 
-from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, answers_of, register, require
+from lorekv.eval.suites.record import Record, RowError, SuiteFormat, Turn, answers_of, register, required_field
 
 TEMPLATES: dict[str, str] = {
     "scbench_passkey": "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
@@ -159,8 +159,8 @@ class SCBench(SuiteFormat):
             raise RowError(f"SCBench task {subtask!r} is not supported: {UNSUPPORTED[subtask]}")
         if subtask not in TEMPLATES:
             raise RowError(f"unknown SCBench task {subtask!r}; known: {', '.join(TEMPLATES)}")
-        context = require(row, "context" if "context" in row or "input" not in row else "input")
-        entries = require(row, "multi_turns", list)
+        context = required_field(row, "context" if "context" in row or "input" not in row else "input")
+        entries = required_field(row, "multi_turns", list)
         if not entries:
             raise RowError("field 'multi_turns' is empty: a row needs at least one turn")
         filled = [_values(entry, i, subtask) for i, entry in enumerate(entries)]

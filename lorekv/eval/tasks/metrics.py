@@ -12,15 +12,8 @@ occur in it, not by exact match, because the model is free to surround them with
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 Metric = Callable[[str, Sequence[str]], float]
-
-
-class SampleMetric(Protocol):
-    """A metric as a sample applies it: the prediction, the gold answers, and a classification's label set."""
-
-    def __call__(self, prediction: str, answers: Sequence[str], *, classes: Sequence[str] = ()) -> float: ...
 
 
 def _check_answers(answers: Sequence[str]) -> None:
@@ -44,15 +37,3 @@ def string_match_part(prediction: str, answers: Sequence[str]) -> float:
 
 METRICS: dict[str, Metric] = {"all": string_match_all, "part": string_match_part}
 """Metric name (a :class:`~lorekv.eval.tasks.sample.Sample`'s ``metric``) -> function."""
-
-
-def metric_function(name: str) -> SampleMetric:
-    """The metric ``name``: RULER's ``"all"``/``"part"`` or a suite's metric
-    (:data:`lorekv.eval.suites.metrics.SUITE_METRICS`, imported only when asked for).
-
-    Raises:
-        ValueError: an unknown name, listing the known ones.
-    """
-    from lorekv.eval.suites.metrics import metric
-
-    return metric(name)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from lorekv.eval.tasks.metrics import metric_function
+from lorekv.eval.suites.metrics import metric
 from lorekv.models.tokens import SPLIT, chat_text, encode, encode_split, leading_special_text
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class Sample:
 
     def score(self, prediction: str) -> float:
         """The sample's metric of ``prediction`` against its gold answers, in [0, 1]."""
-        return metric_function(self.metric)(prediction, self.answers, classes=self.classes)
+        return metric(self.metric)(prediction, self.answers, classes=self.classes)
 
     def prompt_text(self, tokenizer: PreTrainedTokenizerBase) -> str:
         """The whole prompt, answer prefix included, with :data:`SPLIT` where the context ends."""
