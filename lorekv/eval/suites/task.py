@@ -8,7 +8,10 @@ of every kept row is one sample; the questions of one row are consecutive, so th
 query-agnostic run compresses their shared context once. Everything but the token counts is
 checked when the grid is (before a model loads); a sample is built with the model's tokenizer:
 the grid's length is the suite's prompt limit, and a longer prompt is cut in the middle as the
-suite does (:func:`truncate_middle`), or refused where the suite does not truncate.
+suite does (:func:`truncate_middle`), or refused where the suite does not truncate. The
+questions of one row share one context, cut for the longest of them (a suite that asks each
+question alone cuts each prompt for its own question: a shorter question there keeps a few
+more context tokens).
 """
 
 from __future__ import annotations
@@ -132,7 +135,10 @@ class Question:
         self, config: FileTaskConfig, tokenizer: PreTrainedTokenizerBase, length: int, index: int, seed: int
     ) -> Sample:
         record, turn = self.record, self.record.turns[self.turn]
-        tail = record.separator + turn.question
+        # A row's questions share one context, cut for its longest question, so that every
+        # question fits and a query-agnostic run compresses the context once for them all.
+        tails = [record.separator + t.question for t in record.turns]
+        tail = max(tails, key=lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
         context = record.context
         count = len(tokenizer(context + tail)["input_ids"])
         if count > length:

@@ -248,3 +248,47 @@ def test_every_format_reads_its_fixture_into_registered_metrics(fmt) -> None:
         scorer = metric(question.record.metric)
         answers = question.record.turns[question.turn].answers
         assert 0.0 <= scorer("no answer here", answers, classes=question.record.classes) <= 1.0
+
+
+def test_the_questions_of_a_row_share_one_context_cut_for_the_longest(smollm2_tokenizer) -> None:
+    config = task(format="loogle", path=str(FIXTURES / "loogle" / "shortdep_qa.jsonl"))
+    questions = load(config)
+    first = [i for i, q in enumerate(questions) if q.record is questions[0].record]
+    assert len(first) >= 2
+    whole = [config.sample(smollm2_tokenizer, 100_000, i, seed=0) for i in first]
+    assert {s.context for s in whole} == {questions[0].record.context}, "no cut: the row's own context"
+    longest = max(len(smollm2_tokenizer(s.separator + s.question)["input_ids"]) for s in whole)
+    limit = len(smollm2_tokenizer(whole[0].context)["input_ids"]) // 2 + 2 * longest
+    cut = [config.sample(smollm2_tokenizer, limit, i, seed=0) for i in first]
+    assert len({s.context for s in cut}) == 1 and len(cut[0].context) < len(whole[0].context)
+    for sample in cut:
+        assert len(smollm2_tokenizer(sample.context + sample.separator + sample.question)["input_ids"]) <= limit + 1
+
+
+def test_longbench_metrics_answer_lengths_and_chat_rule_per_dataset() -> None:
+    """LongBench's eval.py (dataset2metric, the first-line rule), dataset2maxlen.json and pred.py's
+    chat rule, written out: (metric, first line only, max new tokens, chat template)."""
+    from lorekv.eval.suites.longbench import BARE, DATASETS, ENGLISH
+
+    expected = {
+        "narrativeqa": ("qa_f1", False, 128, True), "qasper": ("qa_f1", False, 128, True),
+        "multifieldqa_en": ("qa_f1", False, 64, True), "multifieldqa_zh": ("qa_f1_zh", False, 64, True),
+        "hotpotqa": ("qa_f1", False, 32, True), "2wikimqa": ("qa_f1", False, 32, True),
+        "musique": ("qa_f1", False, 32, True), "dureader": ("rouge_l_zh", False, 128, True),
+        "gov_report": ("rouge_l", False, 512, True), "qmsum": ("rouge_l", False, 512, True),
+        "multi_news": ("rouge_l", False, 512, True), "vcsum": ("rouge_l_zh", False, 512, True),
+        "trec": ("classification", True, 64, False), "triviaqa": ("qa_f1", True, 32, False),
+        "samsum": ("rouge_l", True, 128, False), "lsht": ("classification", True, 64, False),
+        "passage_count": ("count", False, 32, True), "passage_retrieval_en": ("retrieval", False, 32, True),
+        "passage_retrieval_zh": ("retrieval_zh", False, 32, True), "lcc": ("code_sim", False, 64, False),
+        "repobench-p": ("code_sim", False, 64, False),
+    }  # fmt: skip
+    actual = {
+        name: (spec.metric.removesuffix(":first_line"), spec.metric.endswith(":first_line"), spec.max_new_tokens,
+               name not in BARE)
+        for name, spec in DATASETS.items()
+    }  # fmt: skip
+    assert actual == expected
+    assert len(ENGLISH) == 16 and not {"multifieldqa_zh", "dureader", "vcsum", "lsht", "passage_retrieval_zh"} & set(
+        ENGLISH
+    )
