@@ -111,6 +111,13 @@ class MethodSpec(BaseModel):
         return changed
 
 
+def _parse_task(spec: Any) -> Any:
+    """A benchmark file task from a mapping with a ``format``, a generated task from a name or mapping."""
+    if isinstance(spec, Mapping) and "format" in spec and spec.get("name", "file") == "file":
+        return parse_file_task(spec)
+    return parse_task(spec) if isinstance(spec, (str, Mapping)) else spec
+
+
 @dataclass(frozen=True)
 class Budget:
     """A budget column: ``tokens`` kept per KV head, or a compression ``ratio``; None for the full cache."""
@@ -188,14 +195,7 @@ class GridConfig(BaseModel):
     def _tasks(cls, value: Any) -> Any:
         if not isinstance(value, list):
             return value
-        return [
-            (parse_file_task(v) if v.get("name", "file") == "file" and "format" in v else parse_task(v))
-            if isinstance(v, Mapping)
-            else parse_task(v)
-            if isinstance(v, str)
-            else v
-            for v in value
-        ]
+        return [_parse_task(v) for v in value]
 
     @field_validator("budgets")
     @classmethod
@@ -365,7 +365,7 @@ def sample_groups(grid: GridConfig, task: TaskConfig) -> list[list[int]]:
     groups: list[list[int]] = []
     previous = None
     for index, question in enumerate(task.questions()):
-        if question.turn == 0 or question.record is not previous:
+        if question.record is not previous:
             groups.append([])
         groups[-1].append(index)
         previous = question.record

@@ -261,10 +261,9 @@ def _run_shard(
                 checked = check_file_samples(grid, mine, unit.model, loaded[unit.model][1], done, cells)
             sample = checked.pop(unit.key, None) or unit.sample(loaded[unit.model][1], grid.seed)
             key = (todo, sample.max_new_tokens)
-            batch = pending.setdefault(key, [])
-            if batch and sample.context not in {s.context for _, s in batch}:
-                if len({s.context for _, s in batch}) == grid.batch_size:
-                    run(key)
+            contexts = {s.context for _, s in pending.get(key, [])}
+            if sample.context not in contexts and len(contexts) == grid.batch_size:
+                run(key)
             pending.setdefault(key, []).append((unit, sample))
         for key in list(pending):
             run(key)
