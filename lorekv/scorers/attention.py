@@ -12,6 +12,14 @@ position is <= the query's position (prompt keys first, then the future's own re
 Only the n prompt tokens are eviction candidates, but the response keys take part in the
 normalisation of a and in o. GQA is handled by splitting the query heads into
 (KV head, head-in-group) with einops instead of copying each KV head ``group`` times.
+
+Centring. The deletion scorers need v_j - o, which is unchanged when the same vector c is
+subtracted from every value of a KV head and from the outputs of that head's query heads
+(sum_j a_j = 1, so o - c = sum_j a_j (v_j - c)). Values often share a large common component
+(a v_proj bias, large activations), and the dot-product expansion of ||v_j - o||^2 then cancels
+catastrophically. The output is therefore formed from the centred values,
+o - c_g = sum_j a_j (v_j - c_g) with c_g the mean prompt value of KV head g (in the compute
+dtype), so that the scorers never subtract two large vectors.
 """
 
 from __future__ import annotations
@@ -35,8 +43,11 @@ class CausalAttention:
         prompt_length: n; keys ``0..n-1`` are the prompt tokens.
         logits: (M, H, T, n+R) scaling * q . k_j, -inf on keys the query cannot see.
         layer: the capture the attention was computed from (its values, for :meth:`combine`).
-        output: (M, H, T, d) attention output o = sum_j a_j v_j; None when not asked for
-            (attention mass needs only the weights).
+        centre: (G, d) c_g, the mean prompt value of each KV head in the compute dtype (zeros
+            for an empty prompt): the common shift removed from the values, see the module docstring.
+        centred_output: (M, H, T, d) o - c_g = sum_j a_j (v_j - c_g) for query head h of KV
+            head g, formed from the centred values; None when not asked for (attention mass
+            needs only the weights). A query that sees no key has a zero centred output.
     """
 
     weights: torch.Tensor
@@ -44,7 +55,25 @@ class CausalAttention:
     prompt_length: int
     logits: torch.Tensor
     layer: LayerCapture
-    output: torch.Tensor | None
+    centre: torch.Tensor
+    centred_output: torch.Tensor | None
+
+    @property
+    def output(self) -> torch.Tensor | None:
+        """(M, H, T, d) the attention output o = sum_j a_j v_j (zero for a query that sees no key).
+
+        Adding c back rounds o to the precision of c: the deletion scorers use
+        :attr:`centred_output` instead.
+        """
+        if self.centred_output is None:
+            return None
+        shift = self.centre.to(self.centred_output.dtype)[None, :, None, None, :]  # (1, G, 1, 1, d)
+        total = split_heads(self.weights.sum(dim=-1, keepdim=True), self.layer.num_kv_heads)
+        return merge_heads(split_heads(self.centred_output, self.layer.num_kv_heads) + total * shift)
+
+    def centred_prompt_values(self) -> torch.Tensor:
+        """(G, n, d) v_j - c_g, the prompt values in the compute dtype, centred per KV head."""
+        return self.layer.prompt_values.to(self.centre.dtype) - self.centre[:, None, :]
 
     @property
     def prompt_weights(self) -> torch.Tensor:
@@ -57,14 +86,18 @@ class CausalAttention:
         return self.weights[..., self.prompt_length :]
 
     def combine(self, weights: torch.Tensor) -> torch.Tensor:
-        """(M, H, T, d) sum_j w_j v_j for weights (M, H, T, n+R) over [prompt, response] values.
+        """(M, H, T, d) sum_j w_j (v_j - c_g) for weights (M, H, T, n+R) over [prompt, response] values.
 
-        The prompt's values are shared by the M futures and are never copied per future.
+        The values are centred by :attr:`centre` (KV head g of query head h); for weights that
+        sum to 1 this is the weighted mean of the values minus c_g. The prompt's values are
+        shared by the M futures and are never copied per future.
         """
         layer, n = self.layer, self.prompt_length
         dtype = weights.dtype
         g = layer.num_kv_heads
-        prompt_values, own_values = layer.prompt_values.to(dtype), layer.response_values.to(dtype)
+        centre = self.centre.to(dtype)
+        prompt_values = layer.prompt_values.to(dtype) - centre[:, None, :]
+        own_values = layer.response_values.to(dtype) - centre[None, :, None, :]
         prompt = einsum(split_heads(weights[..., :n], g), prompt_values, "m g r t n, g n d -> m g r t d")
         own = einsum(split_heads(weights[..., n:], g), own_values, "m g r t s, m g s d -> m g r t d")
         return merge_heads(prompt + own)
@@ -83,9 +116,10 @@ def causal_attention(layer: LayerCapture, *, output: bool = True) -> CausalAtten
             (M, G, R, d), visibility (T, n+R) via ``layer.visible()``.
 
     Returns:
-        The weights (M, H, T, n+R) and, with ``output``, the outputs (M, H, T, d). A query that sees no key
-        at all (position < 0) gets all-zero weights and a zero output. The prompt keys are
-        never copied per future: prompt and response logits are computed apart and joined.
+        The weights (M, H, T, n+R), the centre c (G, d) and, with ``output``, the centred
+        outputs (M, H, T, d). A query that sees no key at all (position < 0) gets all-zero
+        weights and a zero output. The prompt keys are never copied per future: prompt and
+        response logits are computed apart and joined.
     """
     dtype = compute_dtype(layer)
     g = layer.num_kv_heads
@@ -101,9 +135,20 @@ def causal_attention(layer: LayerCapture, *, output: bool = True) -> CausalAtten
         prompt_length=layer.prompt_length,
         logits=merge_heads(logits),
         layer=layer,
-        output=None,
+        centre=value_centre(layer, dtype),
+        centred_output=None,
     )
-    return replace(attention, output=attention.combine(attention.weights)) if output else attention
+    return replace(attention, centred_output=attention.combine(attention.weights)) if output else attention
+
+
+def value_centre(layer: LayerCapture, dtype: torch.dtype) -> torch.Tensor:
+    """(G, d) c_g = mean over the prompt tokens of v_{g,j}, in ``dtype`` (zeros when n = 0).
+
+    Any shared vector leaves v_j - o unchanged; the mean is the one that makes the centred
+    values as small as they can be on average, which is what the expansion's accuracy depends on.
+    """
+    values = layer.prompt_values.to(dtype)
+    return values.sum(dim=1) / max(layer.prompt_length, 1)
 
 
 def compute_dtype(layer: LayerCapture) -> torch.dtype:

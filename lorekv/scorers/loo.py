@@ -38,15 +38,24 @@ class LOOScorer(Scorer):
 
     Numerics. For every token but the query's most attended prompt token j*, a_j <= 1/2
     (a_j <= a_j* and a_j + a_j* <= 1), so the factor a_j / (1 - a_j) is at most 1 and the norm
-    comes from the expansion ||v_j - o||^2 = ||v_j||^2 - 2 v_j . o + ||o||^2 (one n x d
-    product per query, the order of attention itself). For j* the closed form cancels: when
+    comes from the expansion, on values centred per KV head (c_g = the mean prompt value of KV
+    head g, see :mod:`lorekv.scorers.attention`):
+
+        ||v_j - o||^2 = ||v_j - c||^2 - 2 (v_j - c) . (o - c) + ||o - c||^2
+
+    (one n x d product per query, the order of attention itself). Centring is exact in exact
+    arithmetic: v_j - o = (v_j - c) - (o - c), and o - c = sum_i a_i (v_i - c) because the
+    weights sum to 1, so it is formed from the centred values and never by subtracting c from
+    a rounded o. Without it the expansion's three terms are of the size ||c||^2 and cancel to
+    ||v_j - o||^2: values sharing a component 100x their spread (a v_proj bias) lose about 4 of
+    float32's 7 digits. For j* the closed form cancels: when
     a_j* -> 1 (an attention sink), o -> v_j* and both 1 - a_j* and v_j* - o are rounding noise.
     j* is therefore scored in the equivalent stable form
 
         s_j* = a_j* * ||v_j* - o_{-j*}||,   o_{-j*} = sum_{i != j*} a_i v_i / sum_{i != j*} a_i,
 
     (from v_j* - o = (1 - a_j*)(v_j* - o_{-j*})), o_{-j*} being the softmax of the other keys'
-    logits applied to their values: nothing is obtained by subtraction, and it keeps its
+    logits applied to their (centred) values: nothing is obtained by subtraction, and it keeps its
     relative accuracy down to 1 - a_j* ~ 1e-9 and below in float32 (and where a_j* rounds to 1).
 
     Edge cases: a key the query cannot see has a_j = 0 and scores 0. If j is the only key
@@ -59,17 +68,22 @@ class LOOScorer(Scorer):
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
         """(M, H, T, n) LOO deletion scores of the prompt tokens."""
         attention = causal_attention(layer)
-        values = layer.prompt_values.to(attention.output.dtype)
-        sq_dist = sq_distances(values, attention.output)
+        sq_dist = sq_distances(attention.centred_prompt_values(), attention.centred_output)
         return deletion_scores(attention, sq_dist, layer)
 
 
 def sq_distances(prompt_values: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
     """||v_j - o||^2 for every query and prompt token, via the dot-product expansion.
 
+    The result depends only on v_j - o, so the values and the outputs may be shifted by any
+    common vector c_g per KV head g (the same for the KV head's values and for the outputs of
+    its query heads). Its rounding error grows with ||v_j||^2 + ||o||^2, not with the result:
+    pass centred values and outputs (:meth:`CausalAttention.centred_prompt_values`,
+    :attr:`CausalAttention.centred_output`), as :class:`LOOScorer` does.
+
     Args:
-        prompt_values: (G, n, d) values v_j of the prompt tokens.
-        output: (M, H, T, d) attention outputs o, H a multiple of G.
+        prompt_values: (G, n, d) values v_j (- c_g) of the prompt tokens.
+        output: (M, H, T, d) attention outputs o (- c_g), H a multiple of G.
 
     Returns:
         (M, H, T, n) ||v_j||^2 - 2 v_j . o + ||o||^2 (may be slightly negative from rounding).
@@ -111,7 +125,8 @@ def dominant_scores(
     """Each query's most attended prompt token j* and its score a_j* ||v_j* - o_{-j*}|| (in G_h's metric).
 
     o_{-j*} is the attention output with j* deleted, a softmax over the other visible keys'
-    logits: it is exact even where their weights under the full softmax underflow to 0.
+    logits: it is exact even where their weights under the full softmax underflow to 0. Both
+    v_j* and o_{-j*} are taken centred (minus the KV head's c_g, which cancels in the difference).
 
     Returns:
         top: (M, H, T) long, j* = argmax_j a_j over the prompt keys.
@@ -126,7 +141,7 @@ def dominant_scores(
     has_other = rearrange(attention.visible.sum(dim=-1) > 1, "t -> 1 1 t")
     o_minus = attention.combine(others.nan_to_num_(0.0))  # rows with no other key: 0/0, masked below
     kv_head = rearrange(torch.arange(g, device=top.device), "g -> 1 g 1 1")
-    v_top = merge_heads(layer.prompt_values.to(dtype)[kv_head, split_heads(top.squeeze(-1), g)])
+    v_top = merge_heads(attention.centred_prompt_values().to(dtype)[kv_head, split_heads(top.squeeze(-1), g)])
     diff = v_top - o_minus  # (M, H, T, d)
     if gram is None:
         sq = einsum(diff, diff, "m h t d, m h t d -> m h t")

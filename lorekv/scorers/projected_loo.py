@@ -28,11 +28,18 @@ class ProjectedLOOScorer(Scorer):
     (D x d): what the deletion changes in the residual stream, so directions of value space
     that the projection discards do not count.
 
-    Gram form: with G_h = W_o^hT W_o^h (d x d),
+    Gram form: with G_h = W_o^hT W_o^h (d x d) and the values centred per KV head (c_g = the
+    mean prompt value of KV head g = h // group, see :mod:`lorekv.scorers.attention`),
 
-        ||W_o^h (v_j - o)||^2 = v_j^T G_h v_j - 2 v_j^T G_h o + o^T G_h o.
+        ||W_o^h (v_j - o)||^2 = u_j^T G_h u_j - 2 u_j^T G_h p + p^T G_h p,   u_j = v_j - c_g, p = o - c_g.
 
-    v_j^T G_h v_j and G_h v_j are per token and computed once per head; per query the cost is
+    Centring is exact in exact arithmetic (u_j - p = v_j - o; p = sum_i a_i (v_i - c_g) as the
+    weights sum to 1, and p is formed that way, not by subtracting c_g from a rounded o). It
+    matters in floating point: the three terms are of the size ||W_o^h v||^2 and cancel to the
+    result, so values sharing a component 100x their spread (a v_proj bias, large activations)
+    lose about 4 of float32's 7 digits without it.
+
+    u_j^T G_h u_j and G_h u_j are per token and computed once per head; per query the cost is
     one n x d product, the order of attention itself. No D-dimensional vector is formed per
     (query, token) pair. As for LOO, each query's most attended prompt token j* (the only one
     whose factor a_j / (1 - a_j) can exceed 1) is scored in the stable form
@@ -46,10 +53,8 @@ class ProjectedLOOScorer(Scorer):
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
         """(M, H, T, n) projected LOO deletion scores of the prompt tokens."""
         attention = causal_attention(layer)
-        dtype = attention.output.dtype
-        gram = gram_matrices(layer.o_proj.to(dtype), layer.num_heads)
-        values = layer.prompt_values.to(dtype)
-        sq_dist = projected_sq_distances(values, attention.output, gram)
+        gram = gram_matrices(layer.o_proj.to(attention.centre.dtype), layer.num_heads)
+        sq_dist = projected_sq_distances(attention.centred_prompt_values(), attention.centred_output, gram)
         return deletion_scores(attention, sq_dist, layer, gram)
 
 
@@ -62,9 +67,15 @@ def gram_matrices(o_proj: torch.Tensor, num_heads: int) -> torch.Tensor:
 def projected_sq_distances(prompt_values: torch.Tensor, output: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
     """||W_o^h (v_j - o)||^2 for every query and prompt token, via the Gram form.
 
+    The result depends only on v_j - o, so the values and the outputs may be shifted by any
+    common vector c_g per KV head g (the same for the KV head's values and for the outputs of
+    its query heads). Its rounding error grows with ||W_o^h v_j||^2 + ||W_o^h o||^2, not with
+    the result: pass centred values and outputs (:meth:`CausalAttention.centred_prompt_values`,
+    :attr:`CausalAttention.centred_output`), as :class:`ProjectedLOOScorer` does.
+
     Args:
-        prompt_values: (G, n, d) values v_j of the prompt tokens.
-        output: (M, H, T, d) attention outputs o, H a multiple of G.
+        prompt_values: (G, n, d) values v_j (- c_g) of the prompt tokens.
+        output: (M, H, T, d) attention outputs o (- c_g), H a multiple of G.
         gram: (H, d, d) symmetric G_h = W_o^hT W_o^h.
 
     Returns:

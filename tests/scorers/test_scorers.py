@@ -385,16 +385,30 @@ def perturb_key(layer: LayerCapture, s: int, seed: int) -> LayerCapture:
 @SETTINGS
 @given(layer=layer_captures(min_queries=2), data=st.data())
 def test_invisible_keys_do_not_change_scores(layer: LayerCapture, data: st.DataObject) -> None:
+    """Perturbing a key/value that some queries cannot see leaves their scores unchanged.
+
+    Attention mass: to 1e-6 relative. The deletion scorers centre the values by the mean prompt
+    value, which the perturbed value enters; the centre cancels exactly in exact arithmetic, so
+    their float32 scores may move by rounding only: each stays within :func:`loo_tolerance` of
+    the same exact score, so the two differ by at most twice that. A real leak of the 10x key
+    moves them by O(1).
+    """
     num_keys = layer.prompt_length + layer.response_keys.shape[2]
     first_position = int(layer.query_positions.min())
     s = data.draw(st.integers(first_position + 1, num_keys - 1), label="perturbed key")
     blind = layer.query_positions < s  # queries that cannot see key s
     assert bool(blind.any())
     changed = perturb_key(layer, s, seed=data.draw(st.integers(0, 1000)))
+    weights, outputs = reference_attention(layer)
     for name in SCORER_NAMES:
         scorer = SCORERS.build(name)
         before, after = scorer.query_scores(layer), scorer.query_scores(changed)
-        torch.testing.assert_close(after[:, :, blind], before[:, :, blind], rtol=1e-6, atol=1e-7)
+        if name == "attention_mass":
+            torch.testing.assert_close(after[:, :, blind], before[:, :, blind], rtol=1e-6, atol=1e-7)
+            continue
+        bound = 2 * loo_tolerance(layer, weights, outputs, projected=name == "projected_loo")[:, :, blind]
+        err = (after[:, :, blind] - before[:, :, blind]).double().abs()
+        assert torch.all(err <= bound), f"{name}: max excess {(err - bound).max().item():.3g}"
 
 
 @pytest.mark.parametrize("name", SCORER_NAMES)
