@@ -361,8 +361,8 @@ class Pipeline:
         n, candidates = rollout.prompt_length, rollout.candidates
         layers = tuple(sorted(rollout.evict_layers))
         selection = self.policy.select(Scores(scores, layers, tail=n - candidates))
-        source = rollout.head_cache if candidates < n else rollout.cache
-        return gather(source, selection, limit=candidates), selection
+        source = rollout.head_cache if candidates < n else rollout.cache  # every position < candidates
+        return gather(source, selection), selection
 
     @staticmethod
     def stats(

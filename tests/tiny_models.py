@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
@@ -26,19 +28,23 @@ def tiny_llama(seed: int = 0, *, kv_heads: int = 2, layers: int = 2) -> LlamaFor
     return LlamaForCausalLM(config).eval().double()
 
 
-def tiny_gemma3(seed: int = 0, *, window: int = 6) -> Gemma3ForCausalLM:
-    """Hybrid Gemma 3: layers sliding, sliding, full, sliding (window ``window``), 4 query / 1 KV head."""
+GEMMA3_LAYERS = ("sliding_attention", "sliding_attention", "full_attention", "sliding_attention")
+
+
+def tiny_gemma3(seed: int = 0, *, window: int = 6, layer_types: Sequence[str] = GEMMA3_LAYERS) -> Gemma3ForCausalLM:
+    """Hybrid Gemma 3: layers sliding, sliding, full, sliding (window ``window``; or ``layer_types``),
+    4 query / 1 KV head."""
     torch.manual_seed(seed)
     config = Gemma3TextConfig(
         vocab_size=VOCAB,
         hidden_size=32,
         intermediate_size=48,
-        num_hidden_layers=4,
+        num_hidden_layers=len(layer_types),
         num_attention_heads=4,
         num_key_value_heads=1,
         head_dim=8,
         sliding_window=window,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+        layer_types=list(layer_types),
         max_position_embeddings=512,
         eos_token_id=None,
         bos_token_id=None,

@@ -45,10 +45,9 @@ def check_future_inputs(
     if need_tokens:
         if logprobs.shape[1] < 1:
             raise ValueError(f"logprobs must hold T >= 1 tokens per future, got T = {logprobs.shape[1]}")
-        if not bool(torch.isfinite(logprobs).all()):
-            raise ValueError("logprobs must be finite")
-        if not bool(torch.isfinite(entropies).all()):
-            raise ValueError("entropies must be finite")
+        finite = torch.isfinite(logprobs).all(), torch.isfinite(entropies).all()
+        if not bool(finite[0] & finite[1].to(finite[0].device)):  # one host read; the error names which
+            raise ValueError("logprobs must be finite" if not bool(finite[0]) else "entropies must be finite")
     return m
 
 

@@ -150,21 +150,37 @@ class PositionedLayer(DynamicLayer):
 
     def kept_bytes(self) -> int:
         """Bytes of the real (non-padding) entries alone."""
-        if not self.is_initialized:
-            return 0
-        per_slot = self.keys.shape[-1] * (self.keys.element_size() + self.values.element_size())
-        return int((self.positions != PADDING).sum()) * per_slot
+        return _read_total([self.kept_bytes_lazy()])
 
     def held_bytes(self, extra: int) -> int:
         """Bytes of the real entries once ``extra`` more tokens are appended to every row and
         head (a sliding layer then holds at most its ``window - 1`` newest)."""
+        return _read_total([self.held_bytes_lazy(extra)])
+
+    def kept_bytes_lazy(self) -> int | torch.Tensor:
+        """:meth:`kept_bytes` as an int when no slot is padding (counted from the shape), else as a
+        0-d tensor on the layer's device, left unread so that a cache reads every layer's at once."""
         if not self.is_initialized:
             return 0
-        per_slot = self.keys.shape[-1] * (self.keys.element_size() + self.values.element_size())
+        if not self.padded:
+            return self.positions.numel() * self._slot_bytes()
+        return (self.positions != PADDING).sum() * self._slot_bytes()
+
+    def held_bytes_lazy(self, extra: int) -> int | torch.Tensor:
+        """:meth:`held_bytes` as :meth:`kept_bytes_lazy` gives :meth:`kept_bytes`."""
+        if not self.is_initialized:
+            return 0
+        cap = None if self.window is None else self.window - 1
+        if not self.padded:
+            b, g, k = self.positions.shape
+            return b * g * (k + extra if cap is None else min(k + extra, cap)) * self._slot_bytes()
         held = (self.positions != PADDING).sum(-1) + extra
-        if self.window is not None:
-            held = held.clamp(max=self.window - 1)
-        return int(held.sum()) * per_slot
+        if cap is not None:
+            held = held.clamp(max=cap)
+        return held.sum() * self._slot_bytes()
+
+    def _slot_bytes(self) -> int:
+        return self.keys.shape[-1] * (self.keys.element_size() + self.values.element_size())
 
 
 class PositionedCache(Cache):
@@ -285,23 +301,40 @@ class PositionedCache(Cache):
         return sum(layer.allocated_bytes() for layer in self.layers)
 
     def kept_bytes(self) -> int:
-        return sum(layer.kept_bytes() for layer in self.layers)
+        """Bytes of the real entries of every layer (one host read at most, whatever the layer count)."""
+        return _read_total([layer.kept_bytes_lazy() for layer in self.layers])
 
     def held_bytes(self, extra: int) -> int:
-        return sum(layer.held_bytes(extra) for layer in self.layers)
+        """:meth:`PositionedLayer.held_bytes` summed over the layers, read as :meth:`kept_bytes`."""
+        return _read_total([layer.held_bytes_lazy(extra) for layer in self.layers])
 
 
-def gather(source: PositionedCache, selection: Selection, *, limit: int) -> PositionedCache:
-    """A new cache with the selected entries of evicted layers and positions < ``limit`` elsewhere.
+def _read_total(parts: Sequence[int | torch.Tensor]) -> int:
+    """The sum of ints and 0-d tensors: the tensors of each device summed there and read once."""
+    total = sum(part for part in parts if isinstance(part, int))
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for part in parts:
+        if isinstance(part, torch.Tensor):
+            by_device.setdefault(part.device, []).append(part)
+    return total + sum(int(torch.stack(tensors).sum()) for tensors in by_device.values())
+
+
+def gather(source: PositionedCache, selection: Selection, *, limit: int | None = None) -> PositionedCache:
+    """A new cache with the selected entries of evicted layers and the other layers' entries as
+    they are (sharing their tensors), or, with ``limit``, their entries at positions < ``limit``.
 
     Heads of one layer that keep different counts are padded to the longest (position -1,
-    masked by the lorekv attention function).
+    masked by the lorekv attention function). Without ``limit`` nothing is read on the host;
+    a ``limit`` masks each non-evicted layer by position, a data-dependent shape (one host
+    synchronisation per such layer on an accelerator): leave it out when every position of
+    ``source`` is below it anyway (a prefill's cache of the candidates).
     """
     out = PositionedCache([layer.window for layer in source.layers])
     row = {layer_idx: i for i, layer_idx in enumerate(selection.layer_indices)}
     for idx, (src, dst) in enumerate(zip(source.layers, out.layers, strict=True)):
         if idx in row:
             kept, valid = selection.padded(row[idx])
+            ragged = len({len(head) for head in selection.indices[row[idx]]}) > 1
             kept = kept.to(src.keys.device)
             valid = valid.to(src.keys.device)
             index = kept.view(1, *kept.shape, 1).expand(1, -1, -1, src.keys.shape[-1])
@@ -310,8 +343,11 @@ def gather(source: PositionedCache, selection: Selection, *, limit: int) -> Posi
                 src.keys.gather(2, index),
                 src.values.gather(2, index),
                 positions.unsqueeze(0),
-                padded=not bool(valid.all()),
+                padded=ragged,
             )
+        elif limit is None:
+            if src.is_initialized:
+                dst.set(src.keys, src.values, src.positions, padded=src.padded)
         else:
             keep = src.positions[0, 0] < limit
             dst.set(src.keys[:, :, keep], src.values[:, :, keep], src.positions[:, :, keep], padded=src.padded)

@@ -33,7 +33,7 @@ def check_token_ids(model: PreTrainedModel, ids: torch.Tensor, name: str, *, min
         raise ValueError(f"{name} must hold at least {min_length} token(s), got {ids.shape[1]}")
     if ids.numel():
         vocab = vocabulary_size(model)
-        low, high = int(ids.min()), int(ids.max())
+        low, high = torch.stack(torch.aminmax(ids)).tolist()
         if low < 0 or high >= vocab:
             raise ValueError(f"{name} must lie in [0, {vocab}) (the model's vocabulary), got values in [{low}, {high}]")
 

@@ -219,7 +219,7 @@ class ModelRollout:
                 f"keep must select among the {self.prompt_length} prompt tokens of layers "
                 f"{sorted(self.evict_layers)}; got {keep.num_tokens} tokens, layers {list(keep.layer_indices)}"
             )
-        return gather(self.cache, keep, limit=self.prompt_length)
+        return gather(self.cache, keep)
 
     def decode(
         self, rule: TokenRule, num_futures: int, num_tokens: int, *, keep: Selection | None = None
@@ -231,7 +231,8 @@ class ModelRollout:
         if token_ids.dim() != 2 or token_ids.shape[0] < 1 or token_ids.shape[1] < 1:
             raise ValueError(f"token_ids must have shape (M >= 1, T >= 1), got {tuple(token_ids.shape)}")
         vocab = self.last_logits.shape[-1]
-        if int(token_ids.min()) < 0 or int(token_ids.max()) >= vocab:
+        low, high = torch.stack(torch.aminmax(token_ids)).tolist()  # one host read (none if on the host)
+        if low < 0 or high >= vocab:
             raise ValueError(f"token_ids must lie in [0, {vocab}) (the model's vocabulary)")
         m, t = token_ids.shape
         token_ids = token_ids.to(self.prompt_ids.device)
@@ -242,7 +243,7 @@ class ModelRollout:
             self.model, token_ids, cache, positions, capture=capture, logits_to_keep=t, compile=self.compile
         )
         before = torch.cat([self.last_logits.expand(m, -1).unsqueeze(1), logits[:, :-1]], dim=1)
-        lp, ent = token_stats(before.flatten(0, 1), token_ids.flatten())
+        lp, ent = token_stats(before.flatten(0, 1), token_ids.flatten(), validate=False)  # checked above
         layers = self.layers(
             capture.stacked, positions, capture, lambda idx: (cache.layers[idx].keys, cache.layers[idx].values)
         )
@@ -267,7 +268,7 @@ class ModelRollout:
         tokens = self.prompt_ids[:, n - window :]
         predicting = self.prompt_logits[:0] if every else self.prompt_logits[-window - 1 : -1]
         pad = window - predicting.shape[0]  # the prompt's first token has no logits predicting it
-        lp, ent = token_stats(predicting, tokens[0, pad:])
+        lp, ent = token_stats(predicting, tokens[0, pad:], validate=False)  # the prefill embedded them
         lp = torch.cat([lp.new_zeros(pad), lp]).unsqueeze(0)
         ent = torch.cat([ent.new_zeros(pad), ent]).unsqueeze(0)
         capture, row = self.batch.capture, slice(self.index, self.index + 1)

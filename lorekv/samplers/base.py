@@ -155,14 +155,19 @@ class Sampler(ABC):
         return [self._finish(row, t) for row, t in zip(batch.rows, self.sample_batch(batch), strict=True)]
 
     def _finish(self, rollout: Rollout, futures: Trajectories) -> Trajectories:
-        if not self.config.include_last_prompt_query or all(_holds_last(layer) for layer in futures.layers):
+        if not self.config.include_last_prompt_query or all(_holds_last(futures.layers)):
             return futures
         return prepend_last_prompt_query(futures, rollout.prompt_window(1))
 
 
-def _holds_last(layer: LayerCapture) -> bool:
-    """Whether ``layer`` already holds the query of the last prompt token (position n-1)."""
-    return bool((layer.query_positions == layer.prompt_length - 1).any())
+def _holds_last(layers: Sequence[LayerCapture]) -> list[bool]:
+    """Whether each layer already holds the query of the last prompt token (position n-1): one
+    host read for every layer."""
+    if not layers:
+        return []
+    device = layers[0].query_positions.device
+    held = [(layer.query_positions == layer.prompt_length - 1).any().to(device) for layer in layers]
+    return torch.stack(held).tolist()
 
 
 def prepend_last_prompt_query(futures: Trajectories, last: Trajectories) -> Trajectories:
@@ -186,14 +191,22 @@ def prepend_last_prompt_query(futures: Trajectories, last: Trajectories) -> Traj
             f"layers {futures.layer_indices}; got {last.num_futures} over {last.prompt_length} tokens, "
             f"layers {last.layer_indices}"
         )
+    holds = _holds_last(futures.layers)
+    extras = [by_layer[layer.layer_idx] for layer, held in zip(futures.layers, holds, strict=True) if not held]
+    for extra in extras:
+        if extra.query_positions.shape != (1,):
+            raise ValueError(f"expected one query at position {n - 1}, got positions {extra.query_positions.tolist()}")
+    if extras:
+        device = extras[0].query_positions.device
+        got = torch.cat([extra.query_positions.to(device) for extra in extras]).tolist()  # one host read
+        if got != [n - 1] * len(extras):
+            raise ValueError(f"expected one query at position {n - 1}, got positions {sorted(set(got))}")
     layers = []
-    for layer in futures.layers:
-        if _holds_last(layer):
+    for layer, held in zip(futures.layers, holds, strict=True):
+        if held:
             layers.append(layer)
             continue
         extra = by_layer[layer.layer_idx]
-        if extra.query_positions.tolist() != [n - 1]:
-            raise ValueError(f"expected one query at position {n - 1}, got positions {extra.query_positions.tolist()}")
         first = extra.queries.to(layer.queries.dtype).expand(layer.num_futures, -1, -1, -1)
         spans = layer.visible_spans
         if spans is not None:  # the last prompt query sees every prompt key and no response key

@@ -77,11 +77,13 @@ class CriticalMassScorer(Scorer):
         return two_stage_scores(base, norms.to(base), window_start(layer), cfg.first_stage, cfg.epsilon)
 
 
-def window_start(layer: LayerCapture) -> int:
-    """The first token at or after the first query, min(query positions, n) (n: no window)."""
-    if layer.query_positions.numel() == 0:
-        return layer.prompt_length
-    return min(int(layer.query_positions.min()), layer.prompt_length)
+def window_start(layer: LayerCapture) -> torch.Tensor:
+    """The first token at or after the first query, min(query positions, n) (n: no window), as a
+    0-d long tensor on the queries' device: left there, so that no layer waits for a host read."""
+    positions = layer.query_positions
+    if positions.numel() == 0:
+        return positions.new_full((), layer.prompt_length)
+    return positions.min().clamp(max=layer.prompt_length)
 
 
 def value_projection_norms(layer: LayerCapture) -> torch.Tensor:
@@ -102,14 +104,15 @@ def value_projection_norms(layer: LayerCapture) -> torch.Tensor:
 
 
 def two_stage_scores(
-    base: torch.Tensor, norms: torch.Tensor, start: int, first_stage: int, epsilon: float
+    base: torch.Tensor, norms: torch.Tensor, start: int | torch.Tensor, first_stage: int, epsilon: float
 ) -> torch.Tensor:
     """CriticalKV's two stages as one ranking (see :class:`CriticalMassScorer`).
 
     Args:
         base: (M, G, n) base scores s >= 0.
         norms: (G, n) value-projection norms nu >= 0.
-        start: tokens ``start..n-1`` are pinned (the prompt window); ``n`` pins none.
+        start: tokens ``start..n-1`` are pinned (the prompt window); ``n`` pins none (an int or
+            a 0-d tensor on ``base``'s device).
         first_stage: b1, the stage-1 count per KV head (clipped to n).
         epsilon: added to s in stage 2.
 
@@ -117,11 +120,9 @@ def two_stage_scores(
         (M, G, n): 1 + s_j on the b1 largest pinned s of each head, (s_j + eps) nu_j scaled to
         [0, 1/2] by one factor per future elsewhere.
     """
-    pinned = base.clone()
-    if start < base.shape[-1]:
-        prefix = base[..., :start]
-        top = reduce(prefix, "m g n -> m 1 1", "max") if start > 0 else torch.zeros_like(base[:, :1, :1])
-        pinned[..., start:] = (top + 1).expand_as(pinned[..., start:])
+    before = torch.arange(base.shape[-1], device=base.device) < start
+    top = reduce(base.masked_fill(~before, 0.0), "m g n -> m 1 1", "max")  # s >= 0: 0 for an empty prefix
+    pinned = torch.where(before, base, top + 1)
     second = (pinned + epsilon) * norms
     largest = reduce(second, "m g n -> m 1 1", "max")
     second = second / torch.where(largest > 0, 2 * largest, torch.ones_like(largest))
