@@ -319,7 +319,21 @@ def presets(
 @app.command()
 @_guarded
 def bench(
-    model: ModelOpt = "smollm2-135m-instruct",
+    model: Annotated[
+        str,
+        typer.Option(
+            help="Bundled name, local directory, .gguf file or hub id; or random:<architecture>, a published "
+            "architecture with random weights (random:llama-3.1-8b, random:qwen2.5-7b, random:qwen3-8b, "
+            "random:mistral-7b, random:gemma-3-4b, random:gemma-3-12b): it measures cost at that size, not accuracy."
+        ),
+    ] = "smollm2-135m-instruct",
+    layers: Annotated[
+        int | None, typer.Option(help="random: models only: keep the first k layers of the published pattern.")
+    ] = None,
+    width: Annotated[
+        int | None,
+        typer.Option(help="random: models only: divide hidden size, MLP and head counts by this (head size kept)."),
+    ] = None,
     lengths: Annotated[str, typer.Option(help="Prompt lengths n in tokens, comma-separated.")] = "512,1024,2048,4096",
     futures: Annotated[str, typer.Option(help="The M of the sampling/scoring sweep, comma-separated.")] = "1,2,4,8",
     num_futures: Annotated[int, typer.Option(help="M of the LORE-KV compression and the scorers' futures.")] = 4,
@@ -342,7 +356,10 @@ def bench(
     out: Annotated[Path | None, typer.Option(help="JSON file (default: results/bench/<model>-<device>.json).")] = None,
 ) -> None:
     """Time compression against transformers' prefill and SnapKV; phases, scorers, memory, growth, decoding,
-    batch throughput."""
+    batch throughput.
+
+    With --model random:<architecture> (and --layers, --width for a quick run) the model is a published
+    architecture built with random weights and fed random token ids: the cost at a real size, no accuracy."""
     from lorekv.cost import (
         BenchConfig,
         default_out,
@@ -355,13 +372,14 @@ def bench(
     )
 
     config = BenchConfig(
-        model=model, lengths=parse_ints("lengths", lengths), futures=parse_ints("futures", futures),
+        model=model, layers=layers, width=width, lengths=parse_ints("lengths", lengths),
+        futures=parse_ints("futures", futures),
         num_futures=num_futures, tokens=tokens, budget=budget, repeats=repeats, decode_tokens=decode_tokens,
         scorers=parse_names("scorers", scorers), threads=threads, device=device, dtype=dtype, compile=compile,
         batch_sizes=parse_ints("batch_sizes", batch_sizes),
     )  # fmt: skip
     config.check_context(known_context(model))
-    out = out or default_out(model, device)
+    out = out or default_out(config.label, device)
     if out.is_dir():
         raise ValueError(f"out: {out} is a directory, expected a .json file path")
     results = run_bench(config, log=lambda line: typer.echo(line, err=True))

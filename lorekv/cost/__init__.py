@@ -5,7 +5,8 @@ in one process.
 - :mod:`~lorekv.cost.config`: :class:`BenchConfig`, every option validated before a model loads.
 - :mod:`~lorekv.cost.measure`: repeated timings and medians, differenced decode timings, the
   peak-memory meter, the growth exponent fit.
-- :mod:`~lorekv.cost.prompts`: prompts of exactly n tokens, ragged left-padded batches of them.
+- :mod:`~lorekv.cost.prompts`: prompts of exactly n tokens (a needle task, or random token ids for a
+  model without a tokenizer), ragged left-padded batches of them.
 - :mod:`~lorekv.cost.baselines`: transformers' own decode steps and ``generate``.
 - :mod:`~lorekv.cost.run`: the measurements (:func:`run_bench`), ratios, growth.
 - :mod:`~lorekv.cost.report`: the table on screen and the JSON file.

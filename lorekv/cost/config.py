@@ -62,7 +62,12 @@ class BenchConfig(BaseModel):
     """What ``lorekv bench`` measures and how.
 
     Attributes:
-        model: a bundled name, local transformers directory, ``.gguf`` file or hub id.
+        model: a bundled name, local transformers directory, ``.gguf`` file or hub id; or
+            ``random:<architecture>``, a published architecture with random weights
+            (:mod:`lorekv.models.architectures`: it measures cost at that size, not accuracy).
+        layers: a ``random:`` model's layers: the first k of its published layer pattern (None: all).
+        width: a ``random:`` model's width divisor of the hidden size, the MLP and the head counts
+            (head size and query/KV group ratio kept; None: the published width).
         lengths: prompt lengths n in tokens (each prompt is built to exactly n tokens).
         futures: the M of the sampling/scoring sweep (growth with M).
         num_futures: M of the LORE-KV compression and of the scorers' captured queries.
@@ -83,6 +88,8 @@ class BenchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: StrictStr = "smollm2-135m-instruct"
+    layers: StrictInt | None = None
+    width: StrictInt | None = None
     lengths: tuple[StrictInt, ...] = DEFAULT_LENGTHS
     futures: tuple[StrictInt, ...] = DEFAULT_FUTURES
     num_futures: StrictInt = Field(default=4, ge=1)
@@ -142,6 +149,40 @@ class BenchConfig(BaseModel):
             if device.index is not None and device.index >= torch.cuda.device_count():
                 raise ValueError(f"device {value!r}: only {torch.cuda.device_count()} CUDA device(s) here")
         return value
+
+    @model_validator(mode="after")
+    def _random_architecture(self) -> BenchConfig:
+        from lorekv.models.architectures import architecture, random_name
+
+        if random_name(self.model) is None:
+            for name in ("layers", "width"):
+                if getattr(self, name) is not None:
+                    message = f"{name} shrinks a random:<architecture> model only, not {self.model!r}"
+                    raise _invalid(name, message, getattr(self, name))
+            return self
+        try:
+            arch = architecture(self.model)
+        except ValueError as error:
+            raise _invalid("model", str(error).removeprefix("model: "), self.model) from None
+        try:
+            arch.check(self.layers, self.width)
+        except ValueError as error:
+            field = "layers" if str(error).startswith("layers") else "width"
+            raise _invalid(field, str(error), getattr(self, field)) from None
+        return self
+
+    @property
+    def random_weights(self) -> bool:
+        """Whether the model is a ``random:<architecture>`` (random weights: cost, not accuracy)."""
+        from lorekv.models.architectures import random_name
+
+        return random_name(self.model) is not None
+
+    @property
+    def label(self) -> str:
+        """The model's name for file names: a random architecture's with its shrink settings (``-L2-w4``)."""
+        shrink = "".join(f"-{tag}{value}" for tag, value in (("L", self.layers), ("w", self.width)) if value)
+        return self.model + shrink
 
     @model_validator(mode="after")
     def _fits_the_methods(self) -> BenchConfig:
@@ -207,8 +248,15 @@ class BenchConfig(BaseModel):
 
 def known_context(model: str) -> int | None:
     """The model's context (``max_position_embeddings``) read from its ``config.json`` without
-    loading it: the bundled models' dequantised cache or a local directory; None when unknown."""
+    loading it: the bundled models' dequantised cache, a local directory or a shipped random
+    architecture's published config; None when unknown."""
     from lorekv.models import BUNDLED, cache_root
+    from lorekv.models.architectures import architectures, random_name
+
+    name = random_name(model)
+    if name is not None:
+        arch = architectures().get(name)
+        return None if arch is None else int(arch.config["max_position_embeddings"])
 
     folder = cache_root() / model if model in BUNDLED else Path(model)
     try:

@@ -1,9 +1,10 @@
-"""Prompts of exactly n tokens: a needle task's chat prompt with its haystack cut to fit; ragged
-left-padded batches of them."""
+"""Prompts of exactly n tokens: a needle task's chat prompt with its haystack cut to fit, or seeded
+random token ids for a model without a tokenizer (random weights); ragged left-padded batches of them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -12,7 +13,53 @@ from lorekv.eval.tasks.base import MIN_LENGTH
 from lorekv.hf import left_pad
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+class Prompts(Protocol):
+    """Where the benchmark's prompts come from: ``prompts(n, seed)`` is a (1, n) prompt."""
+
+    kind: str
+    pad_id: int
+
+    def __call__(self, n: int, seed: int) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class TaskPrompts:
+    """:func:`prompt_of_length` through a model's tokenizer: the needle task a real model reads."""
+
+    tokenizer: PreTrainedTokenizerBase
+    kind: str = "niah_single needle task (chat template)"
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    def __call__(self, n: int, seed: int) -> torch.Tensor:
+        return prompt_of_length(self.tokenizer, n, seed)
+
+
+@dataclass(frozen=True)
+class RandomPrompts:
+    """Seeded uniform random token ids below ``vocab_size``: the prompts of a model without a tokenizer
+    (random weights, where no text means anything and the cost depends on n alone)."""
+
+    vocab_size: int
+    kind: str = "random token ids (no tokenizer)"
+    pad_id: int = 0
+
+    def __call__(self, n: int, seed: int) -> torch.Tensor:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"length must be an integer >= 1, got {n!r}")
+        return torch.randint(self.vocab_size, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+def prompts_for(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None) -> Prompts:
+    """The needle task through ``tokenizer``; random token ids within the model's vocabulary without one."""
+    if tokenizer is None:
+        return RandomPrompts(model.get_input_embeddings().num_embeddings)
+    return TaskPrompts(tokenizer)
 
 
 def prompt_of_length(tokenizer: PreTrainedTokenizerBase, n: int, seed: int = 0) -> torch.Tensor:
@@ -55,6 +102,12 @@ def prompt_batch(
     """(b, n) left-padded ``input_ids`` and their (b, n) ``attention_mask``: row i is
     :func:`prompt_of_length` at :func:`batch_lengths` ``(n, b)[i]`` with seed ``seed + i`` (its own
     haystack and needle), padded on the left with ``pad_id``."""
-    return left_pad(
-        [prompt_of_length(tokenizer, length, seed + i) for i, length in enumerate(batch_lengths(n, b))], pad_id
-    )
+    return batch_of(TaskPrompts(tokenizer), n, b, seed, pad_id)
+
+
+def batch_of(
+    prompts: Prompts, n: int, b: int, seed: int = 0, pad_id: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`prompt_batch` from any :class:`Prompts` (``pad_id`` default: the source's)."""
+    rows = [prompts(length, seed + i) for i, length in enumerate(batch_lengths(n, b))]
+    return left_pad(rows, prompts.pad_id if pad_id is None else pad_id)

@@ -270,6 +270,7 @@ def _machine(results: dict[str, Any]) -> str:
     software = f"torch {packages.get('torch')}, transformers {packages.get('transformers')}"
     rows = [
         ["model", f"{settings['model']} ({results['dtype']}, {results['device']})"],
+        *_weights(results),
         ["machine", f"{machine.get('cpu')}, {machine.get('cores')} cores{gpu}; {machine.get('system')}"],
         ["threads", str(results["threads"])],
         ["software", f"{software}, python {machine.get('python')}"],
@@ -280,6 +281,25 @@ def _machine(results: dict[str, Any]) -> str:
         ["load average", _load(results.get("load_average"))],
     ]  # fmt: skip
     return table("Machine", ["", ""], rows, align="<")
+
+
+def _weights(results: dict[str, Any]) -> list[list[str]]:
+    """The rows that say what the weights are: random weights say what they measure and what not."""
+    weights = results.get("weights")
+    rows = [["prompts", results["prompts"]]] if results.get("prompts") else []
+    if not weights:
+        return rows
+    count = f"{weights['parameters'] / 1e9:.2f} B parameters"
+    if weights.get("weights") != "random":
+        return [["weights", f"pretrained, {count}"], *rows]
+    shrink = f"{weights['layers']} of {weights['published_layers']} layers"
+    shrink += f" ({weights['full_attention_layers']} full attention), width 1/{weights['width']}"
+    return [
+        ["weights", f"RANDOM: {weights['architecture']} as published by {weights['source']}; {shrink}; {count}"],
+        ["measures", weights["measures"]],
+        ["cannot measure", weights["cannot_measure"]],
+        *rows,
+    ]
 
 
 def _duration(value: float | None) -> str:

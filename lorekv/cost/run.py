@@ -27,7 +27,7 @@ import torch
 from lorekv.cost.baselines import decode_steps, generate_from, generate_tokens, prefilled_cache
 from lorekv.cost.config import BenchConfig, known_context
 from lorekv.cost.measure import Clock, PeakMemory, PerToken, Timed, fit_exponent, per_token, repeat, repeat_seconds
-from lorekv.cost.prompts import batch_lengths, prompt_batch, prompt_of_length
+from lorekv.cost.prompts import Prompts, batch_lengths, batch_of, prompts_for
 from lorekv.cost.report import THROUGHPUTS
 from lorekv.hf import (
     CompressedCache,
@@ -48,14 +48,26 @@ from lorekv.scorers.base import SCORERS, Scorer
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-Loader = Callable[[BenchConfig], "tuple[PreTrainedModel, PreTrainedTokenizerBase]"]
+# A loader returns the model and its tokenizer; None for a model without one (random weights), whose
+# prompts are then random token ids (lorekv.cost.prompts.prompts_for).
+Loader = Callable[[BenchConfig], "tuple[PreTrainedModel, PreTrainedTokenizerBase | None]"]
 Log = Callable[[str], None]
 
 
-def load_model(config: BenchConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_model(config: BenchConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
     """The benchmark's model in its dtype on its device (device-resident weights): a transformers
-    directory or hub id is loaded straight onto a GPU, a bundled model or GGUF file is moved there."""
+    directory or hub id is loaded straight onto a GPU, a bundled model or GGUF file is moved there; a
+    ``random:<architecture>`` is built there with random weights (shrunk by ``layers`` and ``width``) and
+    has no tokenizer."""
     from lorekv.models import BUNDLED, load
+    from lorekv.models.architectures import random_model, random_name
+
+    if random_name(config.model) is not None:
+        model = random_model(
+            config.model, layers=config.layers, width=config.width, dtype=config.torch_dtype,
+            device=config.device, seed=config.seed,
+        )  # fmt: skip
+        return model, None
 
     direct = config.device != "cpu" and config.model not in BUNDLED and not config.model.endswith(".gguf")
     model, tokenizer = load(config.model, config.torch_dtype, device_map=config.device if direct else None)
@@ -100,6 +112,7 @@ def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> 
     say(f"loading {config.model} ({config.resolved_dtype}, {config.device}) ...")
     model, tokenizer = loader(config)
     config.check_context(max_positions(model))
+    prompts = prompts_for(model, tokenizer)
     methods = {name: Pipeline.from_config(p.config, compile=config.compile) for name, p in config.pipelines().items()}
     methods["capture"] = Pipeline.from_config(methods["lore_kv"].config)  # eager: compiles nothing untimed
     scorers = {
@@ -108,10 +121,8 @@ def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> 
     }
     lengths: dict[str, Any] = {}
     for n in config.lengths:
-        lengths[str(n)] = measure_length(model, tokenizer, n, config, methods, scorers, clock, say)
-    batch = {
-        str(n): measure_batches(model, tokenizer, n, config, methods["lore_kv"], clock, say) for n in config.lengths
-    }
+        lengths[str(n)] = measure_length(model, prompts, n, config, methods, scorers, clock, say)
+    batch = {str(n): measure_batches(model, prompts, n, config, methods["lore_kv"], clock, say) for n in config.lengths}
     results: dict[str, Any] = {
         "type": "lorekv-bench",
         "version": 1,
@@ -120,6 +131,8 @@ def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> 
         "dtype": config.resolved_dtype,
         "threads": torch.get_num_threads(),
         "compile": config.compile,
+        "weights": weights(config, model),
+        "prompts": prompts.kind,
         "machine": machine(),
         "packages": package_versions(),
         "commit": git_commit(),
@@ -134,9 +147,20 @@ def _run(config: BenchConfig, loader: Loader, clock: Clock | None, say: Log) -> 
     return results
 
 
+def weights(config: BenchConfig, model: PreTrainedModel) -> dict[str, Any]:
+    """What the results say about the model's weights: for a ``random:<architecture>``, that they are
+    random, the architecture's source, the shrink settings, and what such a run measures and cannot."""
+    from lorekv.models.architectures import architecture, parameter_count, random_name
+
+    if random_name(config.model) is None:
+        return {"weights": "pretrained", "parameters": parameter_count(model)}
+    described = architecture(config.model).describe(config.layers, config.width)
+    return {**described, "parameters": parameter_count(model)}
+
+
 def measure_length(
     model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    prompts: Prompts,
     n: int,
     config: BenchConfig,
     methods: dict[str, Pipeline],
@@ -146,7 +170,7 @@ def measure_length(
 ) -> dict[str, Any]:
     """Every measurement at prompt length ``n``, as a dict of raw timings and derived figures."""
     device = torch.device(config.device)
-    ids = prompt_of_length(tokenizer, n, config.seed).to(device)
+    ids = prompts(n, config.seed).to(device)
     lore, snap = methods["lore_kv"], methods["snapkv"]
     for pipeline in (lore, snap):
         pipeline.check_input(model, ids, query_aware=True, extra=config.decode_tokens)
@@ -279,7 +303,7 @@ def _decoding(
 
 def measure_batches(
     model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    prompts: Prompts,
     n: int,
     config: BenchConfig,
     lore: Pipeline,
@@ -287,19 +311,18 @@ def measure_batches(
     say: Log,
 ) -> dict[str, Any]:
     """Batch throughput at length ``n``: for every b of ``batch_sizes``, one timed call is LORE-KV's
-    compression of a left-padded batch of b prompts (:func:`~lorekv.cost.prompts.prompt_batch`:
-    rows of n, 15n/16, ... tokens, each its own needle task) followed by decoding K =
+    compression of a left-padded batch of b prompts (:func:`~lorekv.cost.prompts.batch_of`:
+    rows of n, 15n/16, ... tokens, each its own prompt and seed) followed by decoding K =
     ``decode_tokens`` tokens for every row in one ``model.generate`` call on a fork of the
     compressed cache (:func:`~lorekv.hf.decode_batch`, no end-of-sequence stop), with the
     compression's and the decoding's seconds kept apart as phases. Returns, per b, the timing
     and its throughputs (see :func:`throughput`) and their ratios to b = 1."""
     say(f"n={n}: batch throughput for b in {list(config.batch_sizes)}")
     device = torch.device(config.device)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     k = config.decode_tokens
     out: dict[str, Any] = {}
     for b in config.batch_sizes:
-        ids, mask = prompt_batch(tokenizer, n, b, config.seed, pad)
+        ids, mask = batch_of(prompts, n, b, config.seed)
         ids, mask = ids.to(device), mask.to(device)
         lore.check_input(model, ids, attention_mask=mask, query_aware=True, extra=k)
 
