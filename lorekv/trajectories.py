@@ -111,6 +111,19 @@ class LayerCapture:
         lo, hi = spans[..., 0].unsqueeze(-1), spans[..., 1].unsqueeze(-1)  # (T, S, 1)
         return ((key_positions >= lo) & (key_positions < hi)).any(dim=1)
 
+    def to(self, dtype: torch.dtype) -> LayerCapture:
+        """The same layer with its float tensors (queries, keys, values, ``o_proj``) in ``dtype``:
+        the captures of a bf16 run rescored in float64, or an edge case built in float64 and cast."""
+        return replace(
+            self,
+            queries=self.queries.to(dtype),
+            prompt_keys=self.prompt_keys.to(dtype),
+            prompt_values=self.prompt_values.to(dtype),
+            response_keys=self.response_keys.to(dtype),
+            response_values=self.response_values.to(dtype),
+            o_proj=self.o_proj.to(dtype),
+        )
+
     def query_slice(self, start: int, stop: int) -> LayerCapture:
         """The same layer holding only queries ``start:stop`` (and their rows of ``visible_spans``)."""
         spans = None if self.visible_spans is None else self.visible_spans[start:stop]

@@ -24,7 +24,6 @@ Measured (seeds 0..2 x 2 models x 2 presets), then the bounds:
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
 import pytest
 import torch
@@ -33,7 +32,7 @@ from tiny_models import random_ids, tiny_gemma3, tiny_llama
 from lorekv.hf.decoding import decode
 from lorekv.pipeline import Pipeline, PipelineConfig
 from lorekv.presets import preset
-from lorekv.trajectories import LayerCapture, Trajectories
+from lorekv.trajectories import Trajectories
 
 PROMPT = 48
 BUDGET = 16
@@ -44,19 +43,6 @@ LOGIT_RTOL = 5e-2
 
 PRESETS = {"lore_kv": lambda: preset("lore_kv", BUDGET), "snapkv": lambda: preset("snapkv", BUDGET, window=4)}
 MODELS = {"llama-gqa": tiny_llama, "gemma3-hybrid": tiny_gemma3}
-
-
-def upcast(layer: LayerCapture, dtype: torch.dtype) -> LayerCapture:
-    """The capture with every float tensor in ``dtype``."""
-    return replace(
-        layer,
-        queries=layer.queries.to(dtype),
-        prompt_keys=layer.prompt_keys.to(dtype),
-        prompt_values=layer.prompt_values.to(dtype),
-        response_keys=layer.response_keys.to(dtype),
-        response_values=layer.response_values.to(dtype),
-        o_proj=layer.o_proj.to(dtype),
-    )
 
 
 def compress(
@@ -104,7 +90,7 @@ def test_bf16_compression_matches_float32(model_name: str, method: str, seed: in
         token_ids=futures.token_ids,
         logprobs=futures.logprobs,
         entropies=futures.entropies,
-        layers=tuple(upcast(layer, torch.float64) for layer in futures.layers),
+        layers=tuple(layer.to(torch.float64) for layer in futures.layers),
         prompt_length=futures.prompt_length,
     )
     exact = pipeline.score(rescored, scores.shape[-1])[0]

@@ -66,22 +66,9 @@ def with_offset(layer: LayerCapture, kind: Offset, scale: float, seed: int) -> L
     )
 
 
-def cast(layer: LayerCapture, dtype: torch.dtype) -> LayerCapture:
-    """The capture with every float tensor in ``dtype``."""
-    return replace(
-        layer,
-        queries=layer.queries.to(dtype),
-        prompt_keys=layer.prompt_keys.to(dtype),
-        prompt_values=layer.prompt_values.to(dtype),
-        response_keys=layer.response_keys.to(dtype),
-        response_values=layer.response_values.to(dtype),
-        o_proj=layer.o_proj.to(dtype),
-    )
-
-
 def edge_capture(seed: int, kind: Offset, dtype: torch.dtype) -> LayerCapture:
     """:data:`EDGE_DIMS` capture, standard normal spread plus an offset 100x it, rounded to ``dtype``."""
-    return cast(with_offset(make_capture(EDGE_DIMS, seed), kind, OFFSET, seed + 1), dtype)
+    return with_offset(make_capture(EDGE_DIMS, seed), kind, OFFSET, seed + 1).to(dtype)
 
 
 def head_projections(layer: LayerCapture) -> torch.Tensor:
