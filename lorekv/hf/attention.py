@@ -16,6 +16,7 @@ import functools
 import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -224,10 +225,14 @@ def partial_attention(
     Returns:
         The output (B, H, Q, d) in the query's dtype and the log-sum-exp of the scaled logits
         (B, H, Q) in float32; a query that sees no key gets output 0 and log-sum-exp -inf.
-        On CPU this is PyTorch's fused flash kernel; elsewhere :func:`reference_partial_attention`.
+        A fused PyTorch kernel where :func:`fused_kernel` finds one (CPU: flash; CUDA:
+        memory-efficient), else :func:`reference_partial_attention`.
     """
-    if query.device.type != "cpu" or keys.shape[-2] == 0:
+    kernel = fused_kernel(query, keys, values, mask)
+    if kernel is None:
         return reference_partial_attention(query, keys, values, mask, scaling)
+    if kernel == "cuda":
+        return cuda_partial_attention(query, keys, values, mask, scaling)
     bias = None if mask is None else torch.zeros(mask.shape, dtype=query.dtype).masked_fill(~mask, -torch.inf)
     keys = keys.expand(query.shape[0], -1, -1, -1)
     values = values.expand(query.shape[0], -1, -1, -1)
@@ -236,6 +241,82 @@ def partial_attention(
     )
     if mask is not None:  # the kernel reports 0, not -inf, for a row without keys
         lse = lse.masked_fill(~mask.any(dim=-1), -torch.inf)
+    return out, lse
+
+
+def fused_kernel(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
+) -> Literal["cpu", "cuda"] | None:
+    """Which fused log-sum-exp kernel :func:`partial_attention` runs on these inputs (None: the reference).
+
+    Args:
+        query: (B, H, Q, d).
+        keys: (B or 1, H, K, d).
+        values: (B or 1, H, K, d).
+        mask: (B or 1, H, Q, K) bool or None.
+
+    On CUDA the memory-efficient kernel is taken exactly when PyTorch's own SDPA front end would
+    take it (:func:`torch.backends.cuda.can_use_efficient_attention`: dtype, head dim alignment,
+    hardware, ``enable_mem_efficient_sdp``), so unsupported inputs fall back here, up front,
+    and an error the kernel raises on supported ones (out of memory among them) is not hidden.
+    The mask plays no part: the bias :func:`cuda_partial_attention` builds from it always meets
+    the kernel's terms (query dtype, unit last stride, 16-aligned rows).
+    """
+    if keys.shape[-2] == 0:
+        return None
+    if query.device.type == "cpu":
+        return "cpu"
+    if query.device.type != "cuda":
+        return None
+    b = query.shape[0]
+    params = torch.backends.cuda.SDPAParams(
+        query, keys.expand(b, -1, -1, -1), values.expand(b, -1, -1, -1), None, 0.0, False, False
+    )
+    return "cuda" if torch.backends.cuda.can_use_efficient_attention(params) else None
+
+
+def cuda_partial_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scaling: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`partial_attention` through PyTorch's memory-efficient CUDA kernel (shapes as there).
+
+    The kernel wants an additive bias in the query's dtype whose rows start at multiples of 16
+    elements (as PyTorch's SDPA front end, the bias is allocated padded and a view of width K
+    passed), and returns the log-sum-exp padded along the queries (to a multiple of 32 on CUDA).
+    A row that sees no key is set to output 0 and log-sum-exp -inf whatever the kernel made of it.
+    """
+    b, h, q, _ = query.shape
+    k = keys.shape[-2]
+    keys = keys.expand(b, -1, -1, -1)
+    values = values.expand(b, -1, -1, -1)
+    bias = None
+    if mask is not None:
+        padded = torch.zeros((*mask.shape[:-1], -(-k // 16) * 16), dtype=query.dtype, device=query.device)
+        bias = padded[..., :k].masked_fill_(~mask, -torch.inf).expand(b, h, q, k)
+    out, lse = efficient_attention(query, keys, values, bias, scaling)
+    lse = lse[..., :q]
+    if mask is not None:
+        seen = mask.any(dim=-1).expand(b, h, q)
+        out = out.masked_fill(~seen.unsqueeze(-1), 0.0)
+        lse = lse.masked_fill(~seen, -torch.inf)
+    return out, lse
+
+
+def efficient_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | None, scaling: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PyTorch's memory-efficient attention op: output (B, H, Q, d) and float32 log-sum-exp (B, H, >= Q).
+
+    Args:
+        query: (B, H, Q, d).
+        keys: (B, H, K, d).
+        values: (B, H, K, d).
+        bias: (B, H, Q, K) additive, in the query's dtype, rows 16-aligned; None: no bias.
+        scaling: the softmax scale of q . k.
+    """
+    out, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
+        query, keys, values, bias, True, 0.0, False, scale=scaling
+    )
     return out, lse
 
 
