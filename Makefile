@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lorekv-installed
 
-.PHONY: setup demo test test-fast docs clean
+.PHONY: setup demo test test-fast docs clean gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/lorekv demo
+
+# Correctness on the device and the 8B-class cost (under 8 min on one GPU); CPU-only: reduced sizes.
+gpu-check: $(STAMP)
+	$(BIN)/lorekv gpu-check
 
 # The suite includes tests/docs: every Python block of the README and docs/ runs, and the site
 # builds with mkdocs build --strict (tests/docs/test_site.py), so CI checks the docs too.

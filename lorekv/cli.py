@@ -387,5 +387,27 @@ def bench(
     typer.echo(f"\nWrote {write_results(results, out)}")
 
 
+@app.command(name="gpu-check")
+@_guarded
+def gpu_check(
+    out: Annotated[Path | None, typer.Option(help="JSON file (default: results/gpu-check-<device>.json).")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when there is one).")] = None,
+) -> None:
+    """Correctness on the device (float32 and bfloat16) and the cost of an 8B-class random-weight model.
+
+    Without a CUDA device it runs the same code on the CPU at reduced sizes and says the GPU figures were not
+    taken. Exit code 1 when a correctness check fails."""
+    from lorekv.cost.gpu_check import render_check, run_gpu_check, write_check
+
+    if device is not None and device.split(":")[0] not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    results = run_gpu_check(device, log=lambda line: typer.echo(line, err=True))
+    target = out or Path("results") / f"gpu-check-{results['device']['device'].replace(':', '')}.json"
+    typer.echo(render_check(results), nl=False)
+    typer.echo(f"Wrote {write_check(results, target)}")
+    if not results["passed"]:
+        raise typer.Exit(1)
+
+
 def main() -> None:  # pragma: no cover
     sys.exit(app())
