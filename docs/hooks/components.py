@@ -20,7 +20,7 @@ from typing import Any
 
 MARKER = re.compile(r"^<!-- lorekv:components (\w+) -->$", re.MULTILINE)
 PRESETS_MARKER = "<!-- lorekv:presets -->"
-CLI_MARKER = re.compile(r"^<!-- lorekv:cli (\w+) -->$", re.MULTILINE)
+CLI_MARKER = re.compile(r"^<!-- lorekv:cli ([\w-]+) -->$", re.MULTILINE)
 
 
 def registries() -> dict[str, Any]:

@@ -168,8 +168,9 @@ def check_scores(device: str, dtype: torch.dtype, seed: int = 0) -> tuple[float,
 def check_decode(model: Any, device: str) -> float:
     """LORE-KV compression (ragged per-head budget) then 4 greedy decoded tokens; each step's logits against
     the full cache with the evicted entries hidden (:func:`lorekv.hf.reference.masked_full_logits`)."""
-    from lorekv import Pipeline, decode
+    from lorekv.hf import decode
     from lorekv.hf.reference import keep_masks, masked_full_logits
+    from lorekv.pipeline import Pipeline
 
     ids = torch.randint(0, model.config.vocab_size, (1, 48), generator=torch.Generator().manual_seed(1)).to(device)
     n = ids.shape[1]
