@@ -17,6 +17,8 @@ import torch
 from recording import attention_function
 from transformers import DynamicCache
 
+from lorekv.hf.reference import keep_masks  # noqa: F401  (re-exported for the tests)
+
 REFERENCE = "lorekv_test_masked_eager"
 KEEP: dict[int, torch.Tensor] = {}
 """Layer index -> (G, c) bool: which of the first c cache entries the layer keeps."""
@@ -44,12 +46,6 @@ def masked_eager(module, query, key, value, attention_mask, **kwargs):
     bias = bias.repeat_interleave(heads // kv_heads, dim=0).unsqueeze(0)
     eager = sys.modules[type(module).__module__].eager_attention_forward
     return eager(module, query, key, value, bias, **kwargs)
-
-
-def keep_masks(compressed) -> dict[int, torch.Tensor]:
-    """Layer index -> (G, c) bool, the kept candidates of each evicted layer."""
-    mask = compressed.selection.mask()
-    return {layer: mask[row] for row, layer in enumerate(compressed.selection.layer_indices)}
 
 
 def reference_logits(
