@@ -91,6 +91,11 @@ class LayerCapture:
     def prompt_length(self) -> int:
         return self.prompt_keys.shape[1]
 
+    @property
+    def num_keys(self) -> int:
+        """n + R: the keys a future's queries may attend to."""
+        return self.prompt_length + self.response_keys.shape[2]
+
     def keys(self) -> torch.Tensor:
         """(M, G, n+R, d) every key a future's queries may attend to."""
         prompt = self.prompt_keys.unsqueeze(0).expand(self.num_futures, -1, -1, -1)
@@ -110,6 +115,15 @@ class LayerCapture:
         spans = self.visible_spans.to(key_positions.device)
         lo, hi = spans[..., 0].unsqueeze(-1), spans[..., 1].unsqueeze(-1)  # (T, S, 1)
         return ((key_positions >= lo) & (key_positions < hi)).any(dim=1)
+
+    def future_slice(self, start: int, stop: int) -> LayerCapture:
+        """The same layer holding only futures ``start:stop`` (their queries and response keys)."""
+        return replace(
+            self,
+            queries=self.queries[start:stop],
+            response_keys=self.response_keys[start:stop],
+            response_values=self.response_values[start:stop],
+        )
 
     def to(self, dtype: torch.dtype) -> LayerCapture:
         """The same layer with its float tensors (queries, keys, values, ``o_proj``) in ``dtype``:

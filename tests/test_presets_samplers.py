@@ -55,11 +55,11 @@ def test_h2o_equals_the_reference_rule(query_aware: bool, budget: int, recent: i
 
 
 def test_h2o_scores_every_prompt_query_in_chunks(monkeypatch) -> None:
-    """The prefill captures all n queries; the scorer sees them QUERY_CHUNK at a time."""
+    """The prefill captures all n queries; the scorer sees them 16 at a time (a SCORE_CHUNK of
+    16 queries' rows: 16 * H * n elements)."""
     import lorekv.scorers.base as scorer_base
     from lorekv.scorers.attention_mass import AttentionMassScorer
 
-    monkeypatch.setattr(scorer_base, "QUERY_CHUNK", 16)
     seen: list[int] = []
     original = AttentionMassScorer.query_scores
 
@@ -70,6 +70,7 @@ def test_h2o_scores_every_prompt_query_in_chunks(monkeypatch) -> None:
     monkeypatch.setattr(AttentionMassScorer, "query_scores", spy)
     model = tiny_llama(112, layers=2)
     ids = random_ids(40, seed=212)
+    monkeypatch.setattr(scorer_base, "SCORE_CHUNK", 16 * model.config.num_attention_heads * 40)  # n = 40 keys
     compressed = Pipeline.from_config(preset("h2o", 10)).compress(model, ids)
     assert seen == [16, 16, 8] * 2
     assert compressed.stats.kept == ((10, 10), (10, 10))

@@ -1,4 +1,4 @@
-"""Real architectures with random weights: the published configs of 7-12B models, built without a download.
+"""Real architectures with random weights: the published configs of 1-12B models, built without a download.
 
 The cost of compression (prefill, sampling the futures, scoring, selection, decoding) depends on the
 shapes of the model (layers, width, heads, head size, vocabulary, attention pattern), not on the values

@@ -45,6 +45,8 @@ class CausalAttention:
         layer: the capture the attention was computed from (its values, for :meth:`combine`).
         centre: (G, d) c_g, the mean prompt value of each KV head in the compute dtype (zeros
             for an empty prompt): the common shift removed from the values, see the module docstring.
+        centred_values: (G, n, d) v_j - c_g, the prompt values centred, in the compute dtype;
+            None with ``centred_output`` (attention mass needs neither).
         centred_output: (M, H, T, d) o - c_g = sum_j a_j (v_j - c_g) for query head h of KV
             head g, formed from the centred values; None when not asked for (attention mass
             needs only the weights). A query that sees no key has a zero centred output.
@@ -56,6 +58,7 @@ class CausalAttention:
     logits: torch.Tensor
     layer: LayerCapture
     centre: torch.Tensor
+    centred_values: torch.Tensor | None
     centred_output: torch.Tensor | None
 
     @property
@@ -72,8 +75,11 @@ class CausalAttention:
         return merge_heads(split_heads(self.centred_output, self.layer.num_kv_heads) + total * shift)
 
     def centred_prompt_values(self) -> torch.Tensor:
-        """(G, n, d) v_j - c_g, the prompt values in the compute dtype, centred per KV head."""
-        return self.layer.prompt_values.to(self.centre.dtype) - self.centre[:, None, :]
+        """(G, n, d) v_j - c_g, the prompt values in the compute dtype, centred per KV head
+        (formed once per attention: every use reads the same tensor)."""
+        if self.centred_values is None:
+            raise ValueError("this attention was computed without outputs (causal_attention(..., output=False))")
+        return self.centred_values
 
     @property
     def prompt_weights(self) -> torch.Tensor:
@@ -95,9 +101,8 @@ class CausalAttention:
         layer, n = self.layer, self.prompt_length
         dtype = weights.dtype
         g = layer.num_kv_heads
-        centre = self.centre.to(dtype)
-        prompt_values = layer.prompt_values.to(dtype) - centre[:, None, :]
-        own_values = layer.response_values.to(dtype) - centre[None, :, None, :]
+        prompt_values = self.centred_prompt_values().to(dtype)
+        own_values = layer.response_values.to(dtype) - self.centre.to(dtype)[None, :, None, :]
         prompt = einsum(split_heads(weights[..., :n], g), prompt_values, "m g r t n, g n d -> m g r t d")
         own = einsum(split_heads(weights[..., n:], g), own_values, "m g r t s, m g s d -> m g r t d")
         return merge_heads(prompt + own)
@@ -117,17 +122,22 @@ def causal_attention(layer: LayerCapture, *, output: bool = True) -> CausalAtten
 
     Returns:
         The weights (M, H, T, n+R), the centre c (G, d) and, with ``output``, the centred
-        outputs (M, H, T, d). A query that sees no key at all (position < 0) gets all-zero
+        values (G, n, d) and outputs (M, H, T, d). A query that sees no key at all (position < 0) gets all-zero
         weights and a zero output. The prompt keys are never copied per future: prompt and
         response logits are computed apart and joined.
     """
     dtype = compute_dtype(layer)
     g = layer.num_kv_heads
     queries = split_heads(layer.queries.to(dtype) * layer.scaling, g)
-    prompt = einsum(queries, layer.prompt_keys.to(dtype), "m g r t d, g n d -> m g r t n")
-    own = einsum(queries, layer.response_keys.to(dtype), "m g r t d, m g s d -> m g r t s")
     visible = layer.visible()
-    logits = torch.cat([prompt, own], dim=-1).masked_fill_(~visible, float("-inf"))
+    centre = value_centre(layer, dtype)
+    logits = torch.cat(
+        [
+            einsum(queries, layer.prompt_keys.to(dtype), "m g r t d, g n d -> m g r t n"),
+            einsum(queries, layer.response_keys.to(dtype), "m g r t d, m g s d -> m g r t s"),
+        ],
+        dim=-1,
+    ).masked_fill_(~visible, float("-inf"))
     weights = torch.softmax(logits, dim=-1).masked_fill_(~visible, 0.0)
     attention = CausalAttention(
         weights=merge_heads(weights),
@@ -135,7 +145,8 @@ def causal_attention(layer: LayerCapture, *, output: bool = True) -> CausalAtten
         prompt_length=layer.prompt_length,
         logits=merge_heads(logits),
         layer=layer,
-        centre=value_centre(layer, dtype),
+        centre=centre,
+        centred_values=layer.prompt_values.to(dtype) - centre[:, None, :] if output else None,
         centred_output=None,
     )
     return replace(attention, centred_output=attention.combine(attention.weights)) if output else attention

@@ -8,12 +8,16 @@ it runs over the prefix that precedes the first query, so that a prompt window's
 (positions at or after its first query, protected by the SnapKV-style presets) never lend
 their scores to the tokens before them.
 
-Memory: :meth:`Scorer.score` hands a layer's queries to :meth:`Scorer.query_scores` in chunks
-of at most :data:`QUERY_CHUNK` queries and combines the per-chunk reductions exactly (sums
-then one division by T for ``mean``, a running maximum for ``max``). Every scorer's
-per-query work (weights, outputs, distances) is then (M, H, chunk, n+R) at a time whatever T
-is: O(n * chunk) per head instead of O(n * T), which is what makes scoring with all n prompt
-queries (H2O) or a whole reconstructed context (KVzip) affordable.
+Memory: :meth:`Scorer.score` converts a layer to the compute dtype once (a float32 copy of a
+bf16 layer's keys and values, one layer at a time) and hands its queries to
+:meth:`Scorer.query_scores` in chunks of futures and queries holding at most
+:data:`SCORE_CHUNK` (query, query head, key) elements, combining the per-chunk reductions
+exactly (sums then one division by T for ``mean``, a running maximum for ``max``; the futures
+are independent). Every scorer's per-query tensors (logits, weights, distances, scores) are
+then of a fixed size whatever M, T and n are (at least one query's row, H * (n+R)): the
+memory of scoring does not grow with the futures or their tokens, which is what makes scoring
+with all n prompt queries (H2O), a whole reconstructed context (KVzip) or many futures at
+32K tokens affordable.
 """
 
 from __future__ import annotations
@@ -28,14 +32,16 @@ from pydantic import field_validator
 
 from lorekv.compiling import compiled
 from lorekv.registry import ComponentConfig, Registry
+from lorekv.scorers.attention import compute_dtype
 from lorekv.trajectories import LayerCapture, Trajectories
 from lorekv.validation import check_int_at_least
 
 Reduction = Literal["mean", "max"]
 
-QUERY_CHUNK = 256
-"""Most queries :meth:`Scorer.score` passes to :meth:`Scorer.query_scores` at once (not a config
-field: the result does not depend on it beyond float rounding of the ``mean``'s sum)."""
+SCORE_CHUNK = 2**22
+"""Most (query, query head, key) elements :meth:`Scorer.score` gives :meth:`Scorer.query_scores`
+at once: 16 MiB per float32 per-query tensor (not a config field: the result does not depend on
+it beyond float rounding of the ``mean``'s sum). A chunk holds at least one query."""
 
 
 class ScorerConfig(ComponentConfig):
@@ -98,8 +104,8 @@ class Scorer(ABC):
     def score(self, trajectories: Trajectories) -> torch.Tensor:
         """(M, L, G, n) per-future token scores U_m[l, g, j], at least float32.
 
-        Per layer: :meth:`query_scores` (M, H, T, n), computed on at most :data:`QUERY_CHUNK`
-        queries at a time -> reduce over the T queries (``query_reduction``; ``mean`` divides
+        Per layer: :meth:`query_scores` (M, H, T, n), computed on chunks of at most
+        :data:`SCORE_CHUNK` elements -> reduce over the T queries (``query_reduction``; ``mean`` divides
         the sum by T, so a query that cannot see token j counts as 0 for it) -> (M, H, n) ->
         reduce over the ``group`` query heads of each KV head (``head_reduction``) -> (M, G, n)
         -> shared across KV heads (``kv_heads``) -> max pooling over the tokens before the first
@@ -112,20 +118,28 @@ class Scorer(ABC):
         return torch.stack(per_layer, dim=1)
 
     def score_layer(self, layer: LayerCapture) -> torch.Tensor:
-        """(M, G, n) the reduced scores of one layer, its queries scored in chunks of :data:`QUERY_CHUNK`."""
-        t = layer.queries.shape[2]
-        if t <= QUERY_CHUNK:
+        """(M, G, n) the reduced scores of one layer, its futures and queries scored in chunks
+        of at most :data:`SCORE_CHUNK` elements (see the module docstring)."""
+        layer = layer.to(compute_dtype(layer))
+        m, h, t, _ = layer.queries.shape
+        rows = max(1, SCORE_CHUNK // (h * max(layer.num_keys, 1)))
+        if m * t <= rows:
             return self.reduce(self._query_scores(layer), layer)
         mean = self.config.query_reduction == "mean"
-        total: torch.Tensor | None = None
-        for start in range(0, t, QUERY_CHUNK):
-            scores = self._query_scores(layer.query_slice(start, min(start + QUERY_CHUNK, t)))
-            scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
-            part = scores.sum(dim=2) if mean else scores.amax(dim=2)
-            if total is None:
-                total = part
-            else:
-                total = total + part if mean else torch.maximum(total, part)
+        futures, queries = max(1, rows // t), min(t, rows)
+        parts = []
+        for first in range(0, m, futures):
+            block = layer.future_slice(first, min(first + futures, m))
+            total: torch.Tensor | None = None
+            for start in range(0, t, queries):
+                scores = self._query_scores(block.query_slice(start, min(start + queries, t)))
+                part = scores.sum(dim=2) if mean else scores.amax(dim=2)
+                if total is None:
+                    total = part
+                else:
+                    total = total + part if mean else torch.maximum(total, part)
+            parts.append(total)
+        total = torch.cat(parts)
         return self.reduce_heads(total / t if mean else total, layer)
 
     def reduce(self, query_scores: torch.Tensor, layer: LayerCapture) -> torch.Tensor:

@@ -7,6 +7,7 @@ from typing import Literal
 import torch
 from einops import einsum, rearrange
 
+from lorekv.scorers import base
 from lorekv.scorers.attention import causal_attention, merge_heads, split_heads
 from lorekv.scorers.base import SCORERS, Scorer
 from lorekv.scorers.loo import DeletionConfig, deletion_scores
@@ -85,12 +86,41 @@ def projected_sq_distances(prompt_values: torch.Tensor, output: torch.Tensor, gr
     grouped_gram = rearrange(gram, "(g r) d e -> g r d e", g=num_kv_heads)
     grouped_output = split_heads(output, num_kv_heads)
 
-    gram_values = einsum(grouped_gram, prompt_values, "g r d e, g n e -> g r n d")
-    value_sq = einsum(gram_values, prompt_values, "g r n d, g n d -> g r n")
-    cross = einsum(gram_values, grouped_output, "g r n d, m g r t d -> m g r t n")
     gram_output = einsum(grouped_gram, grouped_output, "g r d e, m g r t e -> m g r t d")
+    cross = einsum(prompt_values, gram_output, "g n d, m g r t d -> m g r t n")
     output_sq = einsum(gram_output, grouped_output, "m g r t d, m g r t d -> m g r t")
 
-    value_sq = rearrange(value_sq, "g r n -> 1 g r 1 n")
+    value_sq = rearrange(gram_norms(prompt_values, grouped_gram), "g r n -> 1 g r 1 n")
     output_sq = rearrange(output_sq, "m g r t -> m g r t 1")
     return merge_heads(value_sq - 2 * cross + output_sq)
+
+
+def gram_norms(prompt_values: torch.Tensor, grouped_gram: torch.Tensor) -> torch.Tensor:
+    """(G, group, n) u_j^T G_h u_j for every query head h of each KV head and every prompt token.
+
+    G_h u_j, (H, n, d) at once (several times one layer's values), is formed over blocks of at
+    most :data:`~lorekv.scorers.base.SCORE_CHUNK` elements, never whole.
+
+    Args:
+        prompt_values: (G, n, d) u_j.
+        grouped_gram: (G, group, d, d) G_h for h = g * group + r.
+    """
+    g, r, d, _ = grouped_gram.shape
+    block = max(1, base.SCORE_CHUNK // (g * r * d))
+    if prompt_values.shape[1] <= block:
+        return _gram_norms(prompt_values, grouped_gram)
+    return _blocked_gram_norms(prompt_values, grouped_gram, block)
+
+
+def _gram_norms(prompt_values: torch.Tensor, grouped_gram: torch.Tensor) -> torch.Tensor:
+    gram_values = einsum(grouped_gram, prompt_values, "g r d e, g n e -> g r n d")
+    return einsum(gram_values, prompt_values, "g r n d, g n d -> g r n")
+
+
+@torch.compiler.disable  # a loop over n: compiled, it would specialise on the prompt length
+def _blocked_gram_norms(prompt_values: torch.Tensor, grouped_gram: torch.Tensor, block: int) -> torch.Tensor:
+    n = prompt_values.shape[1]
+    out = prompt_values.new_empty(*grouped_gram.shape[:2], n)
+    for start in range(0, n, block):
+        out[..., start : start + block] = _gram_norms(prompt_values[:, start : start + block], grouped_gram)
+    return out

@@ -21,6 +21,9 @@ from lorekv.models.architectures import (
 # name: (source, model_type, hidden, MLP, layers, query heads, KV heads, head dim, vocabulary, context,
 #        rope theta, RMS eps, tied embeddings, sliding window), from each repository's config.json.
 PUBLISHED = {
+    "llama-3.2-1b": (
+        "meta-llama/Llama-3.2-1B", "llama", 2048, 8192, 16, 32, 8, 64, 128256, 131072, 500000.0, 1e-5, True, None
+    ),
     "llama-3.1-8b": (
         "meta-llama/Llama-3.1-8B", "llama", 4096, 14336, 32, 32, 8, 128, 128256, 131072, 500000.0, 1e-5, False, None
     ),

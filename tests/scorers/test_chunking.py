@@ -1,13 +1,13 @@
 """Query chunking in ``Scorer.score`` and the optional ``visible_spans`` of a capture.
 
-``Scorer.score`` hands a layer's queries to ``query_scores`` in chunks of ``QUERY_CHUNK`` and
-combines the per-chunk reductions (sum then one division by T for ``mean``, running max for
-``max``). The result must equal the unchunked reduction for every registered scorer and every
-reduction, to float64 rounding: the combination is exact (a max of maxes, a sum of partial sums
-divided once by T); only the per-query arithmetic may round differently, since BLAS may block
-matrix products of different shapes differently.
-The memory bound follows from what ``query_scores`` is ever given: at most ``QUERY_CHUNK``
-queries, so its (M, H, chunk, n+R) intermediates do not grow with T.
+``Scorer.score`` hands a layer's futures and queries to ``query_scores`` in chunks of at most
+``SCORE_CHUNK`` (query, head, key) elements and combines the per-chunk reductions (sum then one
+division by T for ``mean``, running max for ``max``; futures side by side). The result must
+equal the unchunked reduction for every registered scorer and every reduction, to float64
+rounding: the combination is exact (a max of maxes, a sum of partial sums divided once by T);
+only the per-query arithmetic may round differently, since BLAS may block matrix products of
+different shapes differently. The memory bound follows from what ``query_scores`` is ever
+given: at most ``SCORE_CHUNK`` elements per per-query tensor, whatever M, T and n are.
 """
 
 from __future__ import annotations
@@ -47,8 +47,13 @@ def spans_capture(seed: int, dtype=torch.float64) -> LayerCapture:
     return replace(layer, visible_spans=spans)
 
 
-def scores(name: str, q: str, h: str, layers: tuple[LayerCapture, ...], chunk: int, monkeypatch) -> torch.Tensor:
-    monkeypatch.setattr(scorer_base, "QUERY_CHUNK", chunk)
+def rows_chunk(layer: LayerCapture, rows: int) -> int:
+    """The SCORE_CHUNK that gives ``rows`` query rows (future x query) per chunk of ``layer``."""
+    return rows * layer.num_heads * layer.num_keys
+
+
+def scores(name: str, q: str, h: str, layers: tuple[LayerCapture, ...], rows: int, monkeypatch) -> torch.Tensor:
+    monkeypatch.setattr(scorer_base, "SCORE_CHUNK", rows_chunk(layers[0], rows))
     scorer = SCORERS.build({"name": name, "query_reduction": q, "head_reduction": h, "pool_kernel": 3})
     return scorer.score(make_trajectories(layers))
 
@@ -56,41 +61,47 @@ def scores(name: str, q: str, h: str, layers: tuple[LayerCapture, ...], chunk: i
 @pytest.mark.parametrize("name", SCORERS.names())
 @pytest.mark.parametrize("q,h", REDUCTIONS)
 @pytest.mark.parametrize("kind", ["future", "window", "spans"])
-@pytest.mark.parametrize("chunk", [1, 2, 4])
-def test_chunked_scores_equal_unchunked(name: str, q: str, h: str, kind: str, chunk: int, monkeypatch) -> None:
+@pytest.mark.parametrize("rows", [1, 4, 11, 13])  # T = 11 queries: parts of a future, one, one and a bit
+def test_chunked_scores_equal_unchunked(name: str, q: str, h: str, kind: str, rows: int, monkeypatch) -> None:
     if kind == "spans":
         layers = (spans_capture(1), spans_capture(2))
     else:
         layers = (capture(1, response=kind == "future"), capture(2, response=kind == "future"))
     whole = scores(name, q, h, layers, 10**9, monkeypatch)
-    chunked = scores(name, q, h, layers, chunk, monkeypatch)
+    chunked = scores(name, q, h, layers, rows, monkeypatch)
     torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("name", SCORERS.names())
-def test_query_scores_never_sees_more_than_a_chunk(name: str, monkeypatch) -> None:
-    """The memory bound: every per-query tensor a scorer builds is (M, H, <= QUERY_CHUNK, n+R)."""
-    monkeypatch.setattr(scorer_base, "QUERY_CHUNK", 4)
+@pytest.mark.parametrize(
+    "rows,expected",
+    [(4, [(1, 4), (1, 4), (1, 2)] * 2), (10, [(1, 10)] * 2), (25, [(2, 10)]), (7, [(1, 7), (1, 3)] * 2)],
+)
+def test_query_scores_never_sees_more_than_a_chunk(name: str, rows: int, expected: list, monkeypatch) -> None:
+    """The memory bound: every per-query tensor a scorer builds is at most SCORE_CHUNK elements."""
+    layer = capture(3, queries=10)  # M = 2 futures of T = 10 queries
+    monkeypatch.setattr(scorer_base, "SCORE_CHUNK", rows_chunk(layer, rows))
     scorer = SCORERS.build({"name": name})
-    seen: list[int] = []
+    seen: list[tuple[int, int]] = []
     original = scorer.query_scores
 
-    def spy(layer: LayerCapture) -> torch.Tensor:
-        seen.append(layer.queries.shape[2])
-        assert layer.visible().shape[0] == layer.queries.shape[2]
-        return original(layer)
+    def spy(part: LayerCapture) -> torch.Tensor:
+        seen.append((part.num_futures, part.queries.shape[2]))
+        assert part.visible().shape[0] == part.queries.shape[2]
+        assert part.response_keys.shape[0] == part.num_futures
+        return original(part)
 
     monkeypatch.setattr(scorer, "query_scores", spy)
-    scorer.score(make_trajectories((capture(3, queries=10),)))
+    scorer.score(make_trajectories((layer,)))
     from lorekv.scorers.kv_head import KVHeadScorer
 
-    assert seen == ([] if isinstance(scorer, KVHeadScorer) else [4, 4, 2]), "per-KV-head scorers read no query"
+    assert seen == ([] if isinstance(scorer, KVHeadScorer) else expected), "per-KV-head scorers read no query"
 
 
 def test_mean_divides_by_every_query_including_those_that_cannot_see_the_token(monkeypatch) -> None:
     """A query that cannot see token j gives it 0, and still counts in the mean's T (H2O's sum / n)."""
-    monkeypatch.setattr(scorer_base, "QUERY_CHUNK", 3)
     layer = capture(4, queries=8, prompt=8, response=False)  # queries at positions 0..7: causal prompt
+    monkeypatch.setattr(scorer_base, "SCORE_CHUNK", rows_chunk(layer, 3))
     scorer = SCORERS.build({"name": "attention_mass"})
     got = scorer.score(make_trajectories((layer,)))[:, 0]
     weights = scorer.query_scores(layer)  # (M, H, T, n), 0 above the diagonal
