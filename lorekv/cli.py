@@ -323,8 +323,9 @@ def bench(
         str,
         typer.Option(
             help="Bundled name, local directory, .gguf file or hub id; or random:<architecture>, a published "
-            "architecture with random weights (random:llama-3.1-8b, random:qwen2.5-7b, random:qwen3-8b, "
-            "random:mistral-7b, random:gemma-3-4b, random:gemma-3-12b): it measures cost at that size, not accuracy."
+            "architecture with random weights (random:llama-3.2-1b, random:llama-3.1-8b, random:qwen2.5-7b, "
+            "random:qwen3-8b, random:mistral-7b, random:gemma-3-4b, random:gemma-3-12b): it measures cost at "
+            "that size, not accuracy."
         ),
     ] = "smollm2-135m-instruct",
     layers: Annotated[

@@ -10,8 +10,8 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, Llama
 VOCAB = 61
 
 
-def tiny_llama(seed: int = 0, *, kv_heads: int = 2, layers: int = 2) -> LlamaForCausalLM:
-    """2-layer Llama, 4 query heads over ``kv_heads`` KV heads (GQA), float64."""
+def tiny_llama(seed: int = 0, *, kv_heads: int = 2, layers: int = 2, context: int = 512) -> LlamaForCausalLM:
+    """2-layer Llama, 4 query heads over ``kv_heads`` KV heads (GQA), float64, ``context`` positions."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=VOCAB,
@@ -20,7 +20,7 @@ def tiny_llama(seed: int = 0, *, kv_heads: int = 2, layers: int = 2) -> LlamaFor
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=kv_heads,
-        max_position_embeddings=512,
+        max_position_embeddings=context,
         eos_token_id=None,
         bos_token_id=None,
         pad_token_id=None,

@@ -414,7 +414,7 @@ def test_invisible_keys_do_not_change_scores(layer: LayerCapture, data: st.DataO
 @pytest.mark.parametrize("name", SCORER_NAMES)
 @pytest.mark.parametrize("kind_response", [0, 4])
 def test_visible_key_change_does_change_scores(name: str, kind_response: int) -> None:
-    """Positive control for the causality test: the last query sees the perturbed key."""
+    """Positive control for the causality test: only the last query sees the perturbed key."""
     dims = CaptureDims(
         futures=2, kv_heads=2, group=2, queries=4, prompt=8, response=kind_response, head_dim=4, hidden=6
     )
@@ -424,7 +424,14 @@ def test_visible_key_change_does_change_scores(name: str, kind_response: int) ->
     scorer = SCORERS.build(name)
     before, after = scorer.query_scores(layer), scorer.query_scores(changed)
     assert not torch.allclose(after[:, :, -1], before[:, :, -1], rtol=1e-3, atol=1e-4)
-    torch.testing.assert_close(after[:, :, :-1], before[:, :, :-1], rtol=1e-6, atol=1e-7)
+    if name == "attention_mass":
+        torch.testing.assert_close(after[:, :, :-1], before[:, :, :-1], rtol=1e-6, atol=1e-7)
+        return
+    # The perturbed value enters the deletion scorers' centre (the mean prompt value) when it is
+    # a prompt token: blind queries' scores then move by rounding only (see the test above).
+    weights, outputs = reference_attention(layer)
+    bound = 2 * loo_tolerance(layer, weights, outputs, projected=name == "projected_loo")[:, :, :-1]
+    assert torch.all((after[:, :, :-1] - before[:, :, :-1]).double().abs() <= bound)
 
 
 @SETTINGS
