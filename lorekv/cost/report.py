@@ -186,6 +186,14 @@ def render(results: dict[str, Any]) -> str:
                     lambda x: x["memory"]["lore_kv_over_prefill_per_kv"],
                     lambda v: f"{v:.2f}",
                 ),
+                row("after the prefill: sampling", lambda x: x["memory"]["after_prefill"]["sampling"], mib),
+                row("after the prefill: scoring", lambda x: x["memory"]["after_prefill"]["scoring"], mib),
+                row("after the prefill: selection", lambda x: x["memory"]["after_prefill"]["selection"], mib),
+                row(
+                    "after the prefill: peak / full KV",
+                    lambda x: x["memory"]["after_prefill_per_kv"],
+                    lambda v: f"{v:.3f}",
+                ),
             ],
         )
     )

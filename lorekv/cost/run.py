@@ -30,6 +30,7 @@ from lorekv.cost.measure import Clock, PeakMemory, PerToken, Timed, fit_exponent
 from lorekv.cost.prompts import Prompts, batch_lengths, batch_of, prompts_for
 from lorekv.cost.report import THROUGHPUTS
 from lorekv.hf import (
+    BatchRollout,
     CompressedCache,
     ModelRollout,
     continue_full,
@@ -222,8 +223,9 @@ def _memory(
         reference_prefill_seconds(model, ids)
     memory["transformers_prefill"] = meter.peak
     with PeakMemory(device) as meter:
-        rollout = lore.prefill(model, ids).rows[0]
+        batch = lore.prefill(model, ids)
     memory["prefill"] = meter.peak
+    memory["after_prefill"] = phase_memory(batch, lore, device)
     with PeakMemory(device) as meter:
         snap.compress(model, ids)
     memory["snapkv"] = meter.peak
@@ -234,7 +236,30 @@ def _memory(
     memory["kv_bytes_after"] = compressed.stats.bytes_after
     memory["kv_bytes_kept"] = compressed.stats.bytes_kept
     memory["lore_kv_over_prefill_per_kv"] = (memory["lore_kv"] - memory["prefill"]) / memory["kv_bytes_before"]
-    return memory, rollout, compressed
+    memory["after_prefill_per_kv"] = memory["after_prefill"]["peak"] / memory["kv_bytes_before"]
+    return memory, batch.rows[0], compressed
+
+
+def phase_memory(batch: BatchRollout, lore: Pipeline, device: torch.device) -> dict[str, int]:
+    """LORE-KV's phases after the prefill, each measured on its own: the peak bytes it allocates
+    above what was live when it started, and the bytes it leaves live for the next phase (the
+    futures' KV and queries; the scores). ``peak`` is the most the phases hold at once above the
+    prefilled cache: what compression adds to a prefill at the same length."""
+    with PeakMemory(device) as sampling:
+        futures = lore.sampler.futures_batch(batch)
+    with PeakMemory(device) as scoring:
+        scored = [lore.score(t, row.candidates) for t, row in zip(futures, batch.rows, strict=True)]
+    with PeakMemory(device) as selection:
+        lore.select_rows(batch.rows, scored)
+    held = sampling.retained + scoring.retained
+    return {
+        "sampling": sampling.peak,
+        "sampling_retained": sampling.retained,
+        "scoring": scoring.peak,
+        "scoring_retained": scoring.retained,
+        "selection": selection.peak,
+        "peak": max(sampling.peak, sampling.retained + scoring.peak, held + selection.peak),
+    }
 
 
 def _scorers_alone(

@@ -79,6 +79,14 @@ def test_medians_and_ratios_follow_from_the_raw_runs(tiny_results) -> None:
         assert (
             memory["lore_kv_over_prefill_per_kv"] == (memory["lore_kv"] - memory["prefill"]) / memory["kv_bytes_before"]
         )
+        after = memory["after_prefill"]
+        assert after["sampling"] >= after["sampling_retained"] > 0 and after["scoring"] > 0
+        assert after["peak"] == max(
+            after["sampling"],
+            after["sampling_retained"] + after["scoring"],
+            after["sampling_retained"] + after["scoring_retained"] + after["selection"],
+        )
+        assert memory["after_prefill_per_kv"] == after["peak"] / memory["kv_bytes_before"]
 
 
 def test_the_batch_section_times_every_b_at_every_n_against_b1(tiny_results) -> None:
