@@ -6,7 +6,8 @@ spread (see :class:`lorekv.aggregators.ReliabilityConfig`). This script measures
 spreads occur: it compresses prompts of the main grid's task families with LORE-KV's default
 futures (M = 4 temperature-1 futures of T = 8 tokens, projected LOO) on the bundled
 SmolLM2-135M-Instruct and records, per prompt, the population standard deviation of each
-signal across the 4 futures and across every pair of them (M = 2). The prompts are drawn with
+signal across the 4 futures and across every pair of them (M = 2), and how far the default
+floors move the weights from the unfloored rule's (floors 0). The prompts are drawn with
 ``--seed`` (default 1), so they are not the evaluated grids' prompts (seed 0).
 
     python evaluations/reliability_spread.py --samples 8 --threads 1 --out results/reliability_spread.json
@@ -35,8 +36,12 @@ TASKS = [
 QUANTILES = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
 
 
+UNFLOORED = ReliabilityConfig(floor_lp=0.0, floor_ent=0.0, floor_dis=0.0)
+
+
 class Recorder(ReliabilityAggregator):
-    """The reliability aggregator, keeping each call's three signals (M,)."""
+    """The reliability aggregator (default floors), keeping each call's three signals (M,)
+    and its weights beside those of the unfloored rule (floors 0) on the same futures."""
 
     def __init__(self) -> None:
         super().__init__(ReliabilityConfig())
@@ -45,14 +50,17 @@ class Recorder(ReliabilityAggregator):
     def compute_weights(
         self, per_future: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor
     ) -> torch.Tensor:
+        weights = super().compute_weights(per_future, logprobs, entropies)
         self.signals.append(
             {
                 "logprob": logprobs.double().mean(dim=1).tolist(),
                 "entropy": entropies.double().mean(dim=1).tolist(),
                 "disagreement": self.disagreement(per_future).tolist(),
+                "weights": weights.tolist(),
+                "weights_unfloored": ReliabilityAggregator(UNFLOORED).weights(per_future, logprobs, entropies).tolist(),
             }
         )
-        return super().compute_weights(per_future, logprobs, entropies)
+        return weights
 
 
 def spreads(values: list[float], size: int) -> list[float]:
@@ -78,14 +86,21 @@ def main() -> None:
         for spec in TASKS:
             sample = make_sample(parse_task(spec), tokenizer, args.tokens, index, args.seed)
             pipeline.compress(model, sample.prompt_ids(tokenizer), tokenizer=tokenizer)
-            print(sample.task, index, {k: np.round(v, 3).tolist() for k, v in recorder.signals[-1].items()})
+            print(sample.task, index, {k: np.round(v, 4).tolist() for k, v in recorder.signals[-1].items()})
     summary = {}
     for signal in ("logprob", "entropy", "disagreement"):
         for m in (4, 2):
             values = [s for record in recorder.signals for s in spreads(record[signal], m)]
             summary[f"{signal}, M={m}"] = {f"q{q:g}": float(np.quantile(values, q)) for q in QUANTILES}
+    floors = {"logprob": recorder.config.floor_lp, "entropy": recorder.config.floor_ent}
+    floors["disagreement"] = recorder.config.floor_dis
+    binds = [any(np.std(r[k]) < f for k, f in floors.items()) for r in recorder.signals]
+    moved = [float(np.max(np.abs(np.subtract(r["weights"], r["weights_unfloored"])))) for r in recorder.signals]
+    summary["floors bind (any signal), fraction of prompts"] = float(np.mean(binds))
+    summary["max |w - w_unfloored| per prompt"] = {f"q{q:g}": float(np.quantile(moved, q)) for q in QUANTILES}
     for name, row in summary.items():
-        print(f"{name:>18}: " + "  ".join(f"{k}={v:.4f}" for k, v in row.items()))
+        shown = "  ".join(f"{k}={v:.4f}" for k, v in row.items()) if isinstance(row, dict) else f"{row:.3f}"
+        print(f"{name:>18}: {shown}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(

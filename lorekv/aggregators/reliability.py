@@ -110,13 +110,14 @@ class ReliabilityAggregator(Aggregator):
       with M = 1, z = 0.
 
     Why the floor. Standardising by the spread alone (the paper's z-score, f_x = 0) is
-    scale-free: two futures 1e-5 nats/token apart get the same z = +-1 as two futures 3
-    nats/token apart, so with M = 2 the weights depend only on the signs of the differences
-    and a noise-size change can move a weight from 1/M to a fraction of it. With the floor,
-    a spread at or above f_x is standardised exactly as before (the paper's scale-free
-    weights), and a spread below it is measured against f_x instead: the futures' z-scores
-    shrink in proportion to their differences and the weights move continuously towards
-    uniform, reaching it when the futures are identical. The floor is the spread below which
+    scale-free: two futures 1e-5 nats/token apart get nearly the same z-scores (+-0.83, only
+    eps tells them apart) as two futures 3 nats/token apart (+-1), so with M = 2 the weights
+    depend only on the signs of the differences and a noise-size change can move a weight
+    from 1/M to a fraction of it. With the floor, a spread at or above f_x is standardised
+    exactly as before (the paper's scale-free weights), and a spread below it is measured
+    against f_x instead: the futures' z-scores shrink in proportion to their differences and
+    the weights move continuously towards uniform, reaching it when the futures are
+    identical. The floor is the spread below which
     differences count as noise: z is Lipschitz in x with constant 1/f_x (each z_m moves by at
     most |dx|/f_x when one x_k moves by dx), so a change dlp in one future's mean log-prob
     moves no weight by more than a_lp * |dlp| / (2 f_lp), and one token's log-prob moves
@@ -132,7 +133,7 @@ class ReliabilityAggregator(Aggregator):
     disagreement. So on about nine sets in ten each signal is standardised exactly as in the
     paper; the floors bind where the futures (nearly) coincide in a signal, most often when
     three of the four sampled futures are the same text, and there a difference of a few
-    thousandths of a nat in entropy no longer cancels a real difference in log-prob. A floor
+    hundredths of a nat in entropy no longer cancels a real difference in log-prob. A floor
     at the median spread instead would pull half of all sets towards the plain mean, a
     different estimator (the ``mean`` aggregator already is that). The spread of a mean over
     T tokens shrinks roughly as 1/sqrt(T): for much longer or shorter futures, or another
