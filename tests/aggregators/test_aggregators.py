@@ -150,11 +150,12 @@ def test_one_future_gets_weight_one(name):
 
 def test_reliability_formula_by_hand():
     per_future, logprobs, entropies = make_inputs(4, 2, 3, 9, 5, 1, False)
-    cfg = ReliabilityConfig(a_lp=0.7, a_ent=1.3, a_dis=2.0, eps=1e-3)
+    # spreads here: lp 0.33, ent 0.07, dis 0.14; the floors bind for lp and ent, not for dis
+    cfg = ReliabilityConfig(a_lp=0.7, a_ent=1.3, a_dis=2.0, floor_lp=0.5, floor_ent=0.2, floor_dis=0.01, eps=1e-3)
     w = ReliabilityAggregator(cfg).weights(per_future, logprobs, entropies)
 
-    def z(x):
-        return (x - x.mean()) / (x.std(unbiased=False) + cfg.eps)
+    def z(x, floor):
+        return (x - x.mean()) / (max(float(x.std(unbiased=False)), floor) + cfg.eps)
 
     consensus = per_future.double().mean(0)
     rho = torch.tensor(
@@ -168,7 +169,9 @@ def test_reliability_formula_by_hand():
     )
     dis = 1 - rho.flatten(1).mean(1)
     lp, ent = logprobs.double().mean(1), entropies.double().mean(1)
-    expected = torch.softmax(cfg.a_lp * z(lp) - cfg.a_ent * z(ent) - cfg.a_dis * z(dis), 0)
+    expected = torch.softmax(
+        cfg.a_lp * z(lp, cfg.floor_lp) - cfg.a_ent * z(ent, cfg.floor_ent) - cfg.a_dis * z(dis, cfg.floor_dis), 0
+    )
     assert torch.allclose(w.double(), expected, atol=1e-6)
 
 
@@ -207,6 +210,9 @@ def test_low_precision_scores_keep_their_dtype():
         ({"name": "reliability", "a_ent": -1}, "a_ent"),
         ({"name": "reliability", "a_dis": -0.5}, "a_dis"),
         ({"name": "reliability", "eps": 0.0}, "eps"),
+        ({"name": "reliability", "floor_lp": -0.1}, "floor_lp"),
+        ({"name": "reliability", "floor_ent": float("inf")}, "floor_ent"),
+        ({"name": "reliability", "floor_dis": -1e-9}, "floor_dis"),
         ({"name": "reliability", "eps": -1e-3}, "eps"),
         ({"name": "mean", "beta": 1.0}, "beta"),
     ],
