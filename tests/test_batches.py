@@ -86,6 +86,19 @@ def test_every_preset_compresses_and_answers_each_row_as_alone(models, arch: str
     assert min((first[0] - f).abs().max() for f in first[1:]) > 1e-3, "rows differ: the comparison can fail"
 
 
+@pytest.mark.parametrize("query_aware", [True, False], ids=["query-aware", "query-agnostic"])
+def test_the_batch_cache_holds_what_its_rows_hold(models, query_aware: bool) -> None:
+    """The stacked cache's kept and held bytes (its sliding layers left-padded, capped at their
+    window - 1 once the pending token is fed) are the sum of its rows' own."""
+    ids, mask = left_padded([*PROMPTS, random_ids(4, seed=7)])  # the last row is shorter than the window
+    batch = Pipeline.from_config(preset("lore_kv", 2)).compress(
+        models["gemma3"], ids, attention_mask=mask, query_aware=query_aware
+    )
+    assert any(layer.padded and layer.window is not None for layer in batch.layers), "a padded sliding layer"
+    assert batch.kept_bytes() == sum(stats.bytes_kept for stats in batch.row_stats)
+    assert batch.held_bytes(int(query_aware)) == sum(stats.bytes_held for stats in batch.row_stats)
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_permuting_the_rows_permutes_the_kept_sets(models, name: str) -> None:
     model, pipeline = models["gemma3"], pipeline_for(name)
