@@ -81,9 +81,11 @@ def lore_kv_agnostic(
     which keep what a prompt window keeps. The fed instruction is never a candidate, never kept
     and not counted in the budget; the sampler tokenizes it, so compression needs
     ``tokenizer=``. Differs: not in the paper (which evaluates query-aware use only); measured on
-    the benchmarks page ("Query-agnostic futures"). ``preset("lore_kv", B)`` itself does not
-    change with the mode: a preset is a function of the budget alone and does not know how it
-    will be used.
+    the benchmarks page ("Query-agnostic: futures that stand for the questions"): on needle
+    prompts it keeps what the prompt window does not, but has not been shown to match KVzip,
+    and scoring both sides (``queries="both"``) was no finding over the answer side.
+    ``preset("lore_kv", B)`` itself does not change with the mode: a preset is a function of the
+    budget alone and does not know how it will be used.
     """
     return PipelineConfig(
         sampler={"name": "questions", "num_futures": num_futures, "question_tokens": question_tokens,
