@@ -62,6 +62,40 @@ def lore_kv(
     )  # fmt: skip
 
 
+def lore_kv_agnostic(
+    budget: int,
+    num_futures: int = 4,
+    question_tokens: int = 16,
+    answer_tokens: int = 8,
+    queries: Literal["answer", "question", "both"] = "answer",
+    seed: int = 0,
+) -> PipelineConfig:
+    """LORE-KV for query-agnostic compression: futures that pose and answer a question.
+
+    LORE-KV ("Monte Carlo Estimation for KV Cache Eviction", https://arxiv.org/abs/2610.07643):
+    ``lore_kv``'s scorer, aggregator and policy with the ``questions`` sampler: after the
+    context, an instruction asks the model for a question about it and its answer; M futures
+    each draw a question (T_q tokens) and an answer (T_a tokens), and the answer side's
+    queries are scored (``queries``). A context compressed before its question is known
+    (``compress(..., query_aware=False)``) otherwise gets futures that continue the context,
+    which keep what a prompt window keeps. The fed instruction is never a candidate, never kept
+    and not counted in the budget; the sampler tokenizes it, so compression needs
+    ``tokenizer=``. Differs: not in the paper (which evaluates query-aware use only); measured on
+    the benchmarks page ("Query-agnostic: futures that stand for the questions"): on needle
+    prompts it keeps what the prompt window does not, but has not been shown to match KVzip,
+    and scoring both sides (``queries="both"``) was no finding over the answer side.
+    ``preset("lore_kv", B)`` itself does not change with the mode: a preset is a function of the
+    budget alone and does not know how it will be used.
+    """
+    return PipelineConfig(
+        sampler={"name": "questions", "num_futures": num_futures, "question_tokens": question_tokens,
+                 "answer_tokens": answer_tokens, "queries": queries, "seed": seed},
+        scorer={"name": "projected_loo"},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget},
+    )  # fmt: skip
+
+
 def snapkv(budget: int, window: int = 32, pool_kernel: int = 7) -> PipelineConfig:
     """SnapKV: the last w prompt queries' attention, max-pooled; the window itself kept.
 
@@ -327,6 +361,7 @@ def laq(
 
 PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "lore_kv": lore_kv,
+    "lore_kv_agnostic": lore_kv_agnostic,
     "snapkv": snapkv,
     "pyramidkv": pyramidkv,
     "ada_kv": ada_kv,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from lorekv.token_rules import TokenRule
 from lorekv.validation import check_shape
 
 
@@ -192,3 +193,105 @@ class Trajectories:
     @property
     def layer_indices(self) -> tuple[int, ...]:
         return tuple(layer.layer_idx for layer in self.layers)
+
+
+@dataclass(frozen=True)
+class FutureMixture:
+    """Futures of several samplers side by side: the M = sum_i M_i futures of the parts, in order.
+
+    The parts keep their own shapes (token counts T_i, response keys R_i, visibility), so each
+    is scored as it stands (``Scorer.score`` scores every part and concatenates the per-future
+    scores along M) and no future's queries are padded. The aggregators read the token
+    statistics only through each future's mean over its tokens; :attr:`logprobs` and
+    :attr:`entropies` are therefore (M, max_i T_i), each future's row right-padded with its own
+    mean, which leaves every future's mean (and so every aggregator's weights) exactly as its
+    part gave it.
+
+    Attributes:
+        parts: the samplers' futures, each over the same prompt and layers.
+    """
+
+    parts: tuple[Trajectories, ...]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("a future mixture needs at least one part")
+        first = self.parts[0]
+        for part in self.parts[1:]:
+            if part.prompt_length != first.prompt_length or part.layer_indices != first.layer_indices:
+                raise ValueError(
+                    f"the parts of a future mixture must share one prompt and layers; got {part.prompt_length} "
+                    f"tokens, layers {part.layer_indices} against {first.prompt_length}, {first.layer_indices}"
+                )
+
+    @property
+    def num_futures(self) -> int:
+        """M, the futures of every part."""
+        return sum(part.num_futures for part in self.parts)
+
+    @property
+    def prompt_length(self) -> int:
+        return self.parts[0].prompt_length
+
+    @property
+    def layer_indices(self) -> tuple[int, ...]:
+        return self.parts[0].layer_indices
+
+    @property
+    def logprobs(self) -> torch.Tensor:
+        """(M, max T_i) every future's token log-probs, padded with the future's own mean."""
+        return _padded_with_mean([part.logprobs for part in self.parts])
+
+    @property
+    def entropies(self) -> torch.Tensor:
+        """(M, max T_i) every future's token entropies, padded with the future's own mean."""
+        return _padded_with_mean([part.entropies for part in self.parts])
+
+
+def _padded_with_mean(rows: list[torch.Tensor]) -> torch.Tensor:
+    """(sum M_i, max T_i) the (M_i, T_i) blocks stacked, each row right-padded with its mean."""
+    width = max(block.shape[1] for block in rows)
+    device = rows[0].device
+    out = []
+    for block in rows:
+        block = block.to(device)
+        pad = width - block.shape[1]
+        if pad:
+            mean = block.mean(dim=1, keepdim=True) if block.shape[1] else block.new_zeros(block.shape[0], 1)
+            block = torch.cat([block, mean.expand(-1, pad)], dim=1)
+        out.append(block)
+    return torch.cat(out)
+
+
+@dataclass(frozen=True)
+class Fed:
+    """A step of a :meth:`Rollout.follow` script: tokens teacher-forced into every future.
+
+    Attributes:
+        token_ids: (k,) long, the same k tokens fed to each of the M futures (k = 0: nothing).
+    """
+
+    token_ids: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.token_ids.numel())
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A step of a :meth:`Rollout.follow` script: ``num_tokens`` tokens each future draws itself.
+
+    Attributes:
+        rule: chooses each step's (M,) tokens from the futures' own (M, V) logits.
+        num_tokens: how many tokens (>= 1).
+    """
+
+    rule: TokenRule
+    num_tokens: int
+
+    def __len__(self) -> int:
+        return self.num_tokens
+
+
+Step = Fed | Drawn
+"""One step of a script: fed (teacher-forced) or drawn (decoded) tokens."""

@@ -21,7 +21,7 @@ from lorekv.hf.attention import QueryCapture, forward
 from lorekv.hf.cache import PADDING, PositionedCache, gather
 from lorekv.scores import Selection
 from lorekv.token_rules import TokenRule, token_stats
-from lorekv.trajectories import LayerCapture, Trajectories
+from lorekv.trajectories import Fed, LayerCapture, Step, Trajectories
 from lorekv.validation import check_int_at_least
 
 
@@ -248,6 +248,58 @@ class ModelRollout:
             capture.stacked, positions, capture, lambda idx: (cache.layers[idx].keys, cache.layers[idx].values)
         )
         return Trajectories(token_ids, lp.view(m, t), ent.view(m, t), layers, self.prompt_length)
+
+    def follow(self, script: Sequence[Step], num_futures: int) -> Trajectories:
+        """The script's steps fed and drawn one after the other at positions n.., M futures as
+        branches of the prompt cache (see :meth:`lorekv.samplers.base.Rollout.follow`)."""
+        check_int_at_least("num_futures", num_futures, 1)
+        total = sum(len(step) for step in script)
+        if total < 1:
+            raise ValueError("a script must feed or draw at least one token")
+        vocab = self.last_logits.shape[-1]
+        for step in script:
+            if isinstance(step, Fed):
+                fed = step.token_ids
+                if fed.dim() != 1 or (fed.numel() and not 0 <= int(fed.min()) <= int(fed.max()) < vocab):
+                    raise ValueError(f"fed token_ids must be (k,) ids in [0, {vocab}) (the model's vocabulary)")
+            else:
+                check_int_at_least("num_tokens", step.num_tokens, 1)
+        m, device = num_futures, self.prompt_ids.device
+        cache = self.cache.branches(m)
+        cache.reserve(m, total)
+        capture = QueryCapture(self.evict_layers)
+        logits = self.last_logits.expand(m, -1)
+        position = self.prompt_length
+        ids, logprobs, entropies = [], [], []
+        for step in script:
+            if isinstance(step, Fed):
+                k = len(step)
+                if k == 0:
+                    continue
+                tokens = step.token_ids.to(device).view(1, k).repeat(m, 1)
+                where = torch.arange(position, position + k, device=device)
+                out = forward(self.model, tokens, cache, where, capture=capture, logits_to_keep=k, compile=self.compile)
+                before = torch.cat([logits.unsqueeze(1), out[:, :-1]], dim=1)
+                lp, ent = token_stats(before.flatten(0, 1), tokens.flatten(), validate=False)  # checked above
+                ids.append(tokens), logprobs.append(lp.view(m, k)), entropies.append(ent.view(m, k))
+                logits, position = out[:, -1], position + k
+                continue
+            for _ in range(step.num_tokens):
+                token = step.rule(logits)
+                lp, ent = token_stats(logits, token, validate=False)
+                ids.append(token.view(m, 1)), logprobs.append(lp.view(m, 1)), entropies.append(ent.view(m, 1))
+                where = torch.full((1,), position, device=device)
+                logits = forward(self.model, token.view(m, 1), cache, where, capture=capture, compile=self.compile)
+                logits, position = logits[:, -1], position + 1
+        layers = self.layers(
+            capture.stacked,
+            self.positions(total),
+            capture,
+            lambda idx: (cache.layers[idx].keys, cache.layers[idx].values),
+        )
+        return Trajectories(
+            torch.cat(ids, dim=1), torch.cat(logprobs, dim=1), torch.cat(entropies, dim=1), layers, self.prompt_length
+        )
 
     def prompt_window(self, window: int | Literal["all"]) -> Trajectories:
         n, captured = self.prompt_length, self._captured

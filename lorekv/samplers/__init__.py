@@ -1,7 +1,8 @@
 """Samplers: which queries stand for "the future"?
 
 Importing this package registers every sampler in :data:`SAMPLERS`:
-``greedy``, ``temperature``, ``nucleus``, ``prompt_window``, ``oracle``, ``kvzip`` and ``lookahead``.
+``greedy``, ``temperature``, ``nucleus``, ``prompt_window``, ``oracle``, ``kvzip``, ``lookahead``,
+and for query-agnostic use ``questions``, ``partial_kvzip`` and ``mixture``.
 """
 
 from lorekv.samplers.base import (
@@ -9,15 +10,19 @@ from lorekv.samplers.base import (
     Rollout,
     Sampler,
     SamplerConfig,
+    assistant_suffix,
     check_futures,
     prepend_last_prompt_query,
 )
 from lorekv.samplers.greedy import GreedyConfig, GreedySampler
 from lorekv.samplers.kvzip import KVzipConfig, KVzipSampler
 from lorekv.samplers.lookahead import LookaheadConfig, LookaheadSampler
+from lorekv.samplers.mixture import MixtureConfig, MixtureSampler
 from lorekv.samplers.nucleus import NucleusConfig, NucleusSampler
 from lorekv.samplers.oracle import OracleConfig, OracleSampler
+from lorekv.samplers.partial_kvzip import PartialKVzipConfig, PartialKVzipSampler
 from lorekv.samplers.prompt_window import PromptWindowConfig, PromptWindowSampler
+from lorekv.samplers.questions import QuestionsConfig, QuestionsSampler
 from lorekv.samplers.temperature import TemperatureConfig, TemperatureSampler
 
 __all__ = [
@@ -28,17 +33,24 @@ __all__ = [
     "KVzipSampler",
     "LookaheadConfig",
     "LookaheadSampler",
+    "MixtureConfig",
+    "MixtureSampler",
     "NucleusConfig",
     "NucleusSampler",
     "OracleConfig",
     "OracleSampler",
+    "PartialKVzipConfig",
+    "PartialKVzipSampler",
     "PromptWindowConfig",
     "PromptWindowSampler",
+    "QuestionsConfig",
+    "QuestionsSampler",
     "Rollout",
     "Sampler",
     "SamplerConfig",
     "TemperatureConfig",
     "TemperatureSampler",
+    "assistant_suffix",
     "check_futures",
     "prepend_last_prompt_query",
 ]

@@ -19,7 +19,7 @@ from pydantic import Field
 from lorekv.registry import ComponentConfig, Registry
 from lorekv.scores import Selection
 from lorekv.token_rules import TokenRule
-from lorekv.trajectories import LayerCapture, Trajectories
+from lorekv.trajectories import FutureMixture, LayerCapture, Step, Trajectories
 
 
 class Rollout(Protocol):
@@ -54,6 +54,20 @@ class Rollout(Protocol):
         """Feed the given (M, T) long continuations after the prompt, capturing the queries.
 
         ``token_ids`` may arrive on the CPU; the rollout moves it to the model's device.
+        """
+        ...
+
+    def follow(self, script: Sequence[Step], num_futures: int) -> Trajectories:
+        """Extend the prompt M times by a script of fed and drawn steps, capturing the queries.
+
+        The steps come one after the other at positions n, n+1, ..., n+S-1 (S the script's total
+        length): a :class:`~lorekv.trajectories.Fed` step's tokens are teacher-forced into every future, a
+        :class:`~lorekv.trajectories.Drawn` step's are chosen by its rule from each future's own logits. Every token's
+        query is captured, so the result holds (M, S) tokens with their log-probs and entropies
+        (a fed token's under the model, as :meth:`teacher_force` gives them), queries
+        (M, H, S, d) and response keys (M, G, S, d): a drawn token attends to the fed ones
+        before it exactly as the model did. Nothing of the script is a prompt token, so none of
+        it is ever an eviction candidate.
         """
         ...
 
@@ -155,6 +169,8 @@ class Sampler(ABC):
         return [self._finish(row, t) for row, t in zip(batch.rows, self.sample_batch(batch), strict=True)]
 
     def _finish(self, rollout: Rollout, futures: Trajectories) -> Trajectories:
+        if isinstance(futures, FutureMixture):  # the mixture sampler's: each part on its own
+            return FutureMixture(tuple(self._finish(rollout, part) for part in futures.parts))  # type: ignore[return-value]
         if not self.config.include_last_prompt_query or all(_holds_last(futures.layers)):
             return futures
         return prepend_last_prompt_query(futures, rollout.prompt_window(1))
@@ -234,6 +250,44 @@ def check_futures(trajectories: Trajectories, num_futures: int, num_tokens: int)
     if got != (num_futures, num_tokens):
         raise ValueError(f"rollout returned futures of shape {got}, expected ({num_futures}, {num_tokens})")
     return trajectories
+
+
+def required_tokenizer(tokenizer: Any | None, sampler: str) -> Any:
+    """``tokenizer``, or the error naming ``sampler`` when the caller passed none."""
+    if tokenizer is None:
+        raise ValueError(
+            f"the {sampler} sampler tokenizes text of its own: pass the model's tokenizer as "
+            "tokenizer= to Pipeline.compress / Pipeline.generate"
+        )
+    return tokenizer
+
+
+def encode(tokenizer: Any, text: str) -> torch.Tensor:
+    """(k,) long: ``text`` tokenized without special tokens added (empty text: no tokens)."""
+    ids = tokenizer.encode(text, add_special_tokens=False) if text else []
+    return torch.as_tensor(list(ids), dtype=torch.long)
+
+
+def assistant_suffix(tokenizer: Any, suffix: str | None) -> str:
+    """The text that closes a user turn and opens the model's answer, as kvpress's KVzip does.
+
+    ``suffix`` when given; else the tokenizer's chat template's text after a user message with
+    the generation prompt (e.g. ``"<|im_end|>\\n<|im_start|>assistant\\n"``), found by rendering a
+    dummy message; else (a base model, no chat template) ``"\\n"``.
+    """
+    if suffix is not None:
+        return suffix
+    if not getattr(tokenizer, "chat_template", None):
+        return "\n"
+    dummy = "dummy context"
+    separator = "\n" + "#" * len(dummy)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": dummy + separator}],
+        add_generation_prompt=True,
+        tokenize=False,
+        enable_thinking=False,
+    )
+    return text.split(separator)[-1]
 
 
 SAMPLERS: Registry[Sampler] = Registry("sampler")

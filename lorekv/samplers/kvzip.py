@@ -23,7 +23,15 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from lorekv.samplers.base import SAMPLERS, Rollout, Sampler, SamplerConfig
+from lorekv.samplers.base import (
+    SAMPLERS,
+    Rollout,
+    Sampler,
+    SamplerConfig,
+    assistant_suffix,
+    encode,
+    required_tokenizer,
+)
 from lorekv.trajectories import LayerCapture, Trajectories
 
 
@@ -60,16 +68,22 @@ class KVzipSampler(Sampler):
 
     config: KVzipConfig
 
+    def chunk_ranges(self, n: int) -> list[tuple[int, int]]:
+        """The prompt ranges [start, end) reconstructed, in order: every chunk of ``chunk_size``
+        tokens (the partial sampler, :mod:`lorekv.samplers.partial_kvzip`, overrides it)."""
+        size = self.config.chunk_size
+        return [(start, min(start + size, n)) for start in range(0, n, size)]
+
     def repeat_inputs(self, prompt_ids: torch.Tensor, tokenizer: Any) -> list[tuple[int, int, torch.Tensor]]:
-        """(start, end, ids) per chunk: the chunk's prompt range [start, end) and its (T_i,) repeat input."""
+        """(start, end, ids) per chunk of :meth:`chunk_ranges`: the chunk's prompt range
+        [start, end) and its (T_i,) repeat input."""
         cfg = self.config
         ids = prompt_ids.reshape(-1).cpu()
         n = ids.shape[0]
         suffix = encode(tokenizer, self.suffix_text(tokenizer))
         first, later = encode(tokenizer, cfg.instruction), encode(tokenizer, cfg.continuation)
         out = []
-        for start in range(0, n, cfg.chunk_size):
-            end = min(start + cfg.chunk_size, n)
+        for start, end in self.chunk_ranges(n):
             if start == 0:
                 prompt = first
             else:
@@ -79,30 +93,22 @@ class KVzipSampler(Sampler):
         return out
 
     def suffix_text(self, tokenizer: Any) -> str:
-        """The configured suffix, else the chat template's assistant header, else "\\n"."""
-        if self.config.suffix is not None:
-            return self.config.suffix
-        if not getattr(tokenizer, "chat_template", None):
-            return "\n"
-        dummy = "dummy context"
-        separator = "\n" + "#" * len(dummy)
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": dummy + separator}],
-            add_generation_prompt=True,
-            tokenize=False,
-            enable_thinking=False,
-        )
-        return text.split(separator)[-1]
+        """The configured suffix, else the chat template's assistant header, else "\\n"
+        (:func:`~lorekv.samplers.base.assistant_suffix`)."""
+        return assistant_suffix(tokenizer, self.config.suffix)
 
     def future_positions(self, prompt_ids: torch.Tensor, tokenizer: Any | None) -> int:
         """The longest chunk's repeat input (each chunk is fed at n.., after the whole prompt):
         about ``chunk_size`` plus the instruction, or the whole context when it is shorter."""
-        return max(ids.shape[0] for _, _, ids in self.repeat_inputs(prompt_ids, _required(tokenizer)))
+        return max(
+            ids.shape[0]
+            for _, _, ids in self.repeat_inputs(prompt_ids, required_tokenizer(tokenizer, self.config.name))
+        )
 
     def sample(self, rollout: Rollout) -> Trajectories:
         """One pseudo-future (1, sum_i T_i): every chunk's repeat input, queries at positions
         n..n+T_i-1 each, response keys the repeat inputs' own keys, ``visible_spans`` set."""
-        tokenizer = _required(getattr(rollout, "tokenizer", None))
+        tokenizer = required_tokenizer(getattr(rollout, "tokenizer", None), self.config.name)
         n = rollout.prompt_length
         parts: list[tuple[int, int, Trajectories]] = []
         for start, end, ids in self.repeat_inputs(rollout.prompt_ids, tokenizer):
@@ -140,15 +146,6 @@ class KVzipSampler(Sampler):
         )
 
 
-def _required(tokenizer: Any | None) -> Any:
-    if tokenizer is None:
-        raise ValueError(
-            "the kvzip sampler tokenizes its repeat instruction: pass the model's tokenizer as "
-            "tokenizer= to Pipeline.compress / Pipeline.generate"
-        )
-    return tokenizer
-
-
 def chunk_spans(n: int, start: int, end: int, sink: int, offset: int, length: int) -> torch.Tensor:
     """(length, 3, 2) visible key ranges of one chunk's repeat queries.
 
@@ -161,12 +158,6 @@ def chunk_spans(n: int, start: int, end: int, sink: int, offset: int, length: in
     spans[:, 1, 0], spans[:, 1, 1] = start, end
     spans[:, 2, 0], spans[:, 2, 1] = n + offset, n + offset + t + 1
     return spans
-
-
-def encode(tokenizer: Any, text: str) -> torch.Tensor:
-    """(k,) long: ``text`` tokenized without special tokens added (empty text: no tokens)."""
-    ids = tokenizer.encode(text, add_special_tokens=False) if text else []
-    return torch.as_tensor(list(ids), dtype=torch.long)
 
 
 def _compact(trajectories: Trajectories) -> Trajectories:

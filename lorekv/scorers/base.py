@@ -33,7 +33,7 @@ from pydantic import field_validator
 from lorekv.compiling import compiled
 from lorekv.registry import ComponentConfig, Registry
 from lorekv.scorers.attention import compute_dtype
-from lorekv.trajectories import LayerCapture, Trajectories
+from lorekv.trajectories import FutureMixture, LayerCapture, Trajectories
 from lorekv.validation import check_int_at_least
 
 Reduction = Literal["mean", "max"]
@@ -101,8 +101,11 @@ class Scorer(ABC):
         """(M, H, T, n) score of every prompt token for every query of every future, in the
         capture's dtype promoted to at least float32."""
 
-    def score(self, trajectories: Trajectories) -> torch.Tensor:
+    def score(self, trajectories: Trajectories | FutureMixture) -> torch.Tensor:
         """(M, L, G, n) per-future token scores U_m[l, g, j], at least float32.
+
+        A :class:`~lorekv.trajectories.FutureMixture` (the ``mixture`` sampler's futures) is
+        scored part by part, each part as it stands, the parts' futures concatenated along M.
 
         Per layer: :meth:`query_scores` (M, H, T, n), computed on chunks of at most
         :data:`SCORE_CHUNK` elements -> reduce over the T queries (``query_reduction``; ``mean`` divides
@@ -112,6 +115,8 @@ class Scorer(ABC):
         query (``pool_kernel``). The layers are stacked in the order of ``trajectories.layers``;
         with no layers the result has shape (M, 0, 0, n).
         """
+        if isinstance(trajectories, FutureMixture):
+            return torch.cat([self.score(part) for part in trajectories.parts])
         per_layer = [self.score_layer(layer) for layer in trajectories.layers]
         if not per_layer:
             return torch.zeros(trajectories.num_futures, 0, 0, trajectories.prompt_length)

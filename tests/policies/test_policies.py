@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from lorekv.policies import (
     POLICIES,
+    GlobalConfig,
+    GlobalPolicy,
     PerHeadConfig,
     PerHeadPolicy,
     PerLayerConfig,
@@ -468,3 +470,61 @@ def test_a_head_whose_scores_sum_to_zero_competes_as_uniform():
     policy = PerHeadPolicy(PerHeadConfig(budget=2, alpha=0.0, normalize=True))
     kept = policy.select(Scores(values, (0,))).indices[0]
     assert [h.tolist() for h in kept] == [[0, 1, 2], [0]]
+
+
+# ---------------------------------------------------------------------------------------------
+# global: one threshold across every layer and KV head
+
+
+@fast
+@given(case=cases(), alpha=st.floats(0, 1), normalize=st.booleans())
+def test_global_total_is_exact_floors_hold_and_kept_beat_dropped_everywhere(case, alpha, normalize):
+    scores, budget, sink, recent = case
+    l, g, n = scores.values.shape
+    policy = GlobalPolicy(GlobalConfig(budget=budget, sink=sink, recent=recent, alpha=alpha, normalize=normalize))
+    sel = policy.select(scores)
+    mask = check_well_formed(sel, scores, sink, recent)
+    counts = sel.counts()
+    assert int(counts.sum()) == l * g * min(budget, n)
+    p = min(sink + recent, n)
+    floor = p + math.floor(round(alpha * (budget - p), 9))
+    assert bool((counts >= min(floor, n)).all()) and bool((counts <= n).all())
+    if budget >= n:
+        return
+    key = normalised(scores.values) if normalize else scores.values
+    free = ~protected(n, sink, recent)
+    dropped = key[~mask]
+    if len(dropped):  # every token kept above a head's floor beats every dropped one, anywhere
+        for layer in range(l):
+            for head in range(g):
+                if counts[layer, head] > floor:
+                    ranked = key[layer, head][free].sort(descending=True).values
+                    above = ranked[: int(counts[layer, head]) - p][max(floor - p, 0) :]
+                    assert above.min() >= dropped.max()
+
+
+def test_global_a_layer_that_matters_takes_the_budget_of_one_that_does_not() -> None:
+    values = torch.cat([torch.full((1, 2, 10), 1e-3), torch.rand(1, 2, 10, generator=torch.Generator().manual_seed(0))])
+    sel = POLICIES.build({"name": "global", "budget": 4}).select(Scores(values, (0, 1)))
+    assert sel.counts().tolist() == [[0, 0], [8, 8]]
+    floored = POLICIES.build({"name": "global", "budget": 4, "alpha": 0.5}).select(Scores(values, (0, 1)))
+    counts = floored.counts()
+    assert counts[0].tolist() == [2, 2] and int(counts[1].sum()) == 12 and int(counts[1].min()) >= 2
+
+
+def test_global_ties_go_to_the_lower_layer_head_and_token() -> None:
+    sel = POLICIES.build({"name": "global", "budget": 3}).select(Scores(torch.ones(2, 2, 6), (0, 1)))
+    assert sel.counts().tolist() == [[6, 6], [0, 0]]
+
+
+def test_global_budget_at_least_n_is_the_identity() -> None:
+    sel = POLICIES.build({"name": "global", "budget": 9}).select(Scores(torch.rand(2, 3, 8), (0, 1)))
+    assert bool(sel.mask().all())
+
+
+@pytest.mark.parametrize(
+    "spec,field", [({"alpha": 1.5}, "alpha"), ({"budget": 0}, "budget"), ({"normalize": 1}, "normalize")]
+)
+def test_global_bad_values_name_the_field(spec, field) -> None:
+    with pytest.raises(ValueError, match=field):
+        POLICIES.build({"name": "global", "budget": 4, **spec})
