@@ -28,21 +28,28 @@ def prefilled_cache(model: PreTrainedModel, ids: torch.Tensor) -> Any:
     return out[cache_argument(type(model))]
 
 
-def trim(cache: Any, length: int) -> None:
-    """Drop the entries of ``cache`` past its first ``length`` tokens (undo decoding into it)."""
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)
-    elif extra < 0:
-        raise ValueError(f"the cache holds {cache.get_seq_length()} tokens, fewer than {length}")
+def snapshot(cache: Any) -> list[dict[str, Any]]:
+    """Each layer's state of transformers' ``DynamicCache``, for :func:`restore`.
+
+    Its layers append by binding new tensors (``torch.cat``), never writing into the old ones, so
+    their attributes, copied shallowly, are the whole state. ``crop`` cannot undo decoding
+    into a sliding-window layer once it holds its window (hybrid models such as Gemma 3)."""
+    return [dict(vars(layer)) for layer in cache.layers]
+
+
+def restore(cache: Any, state: list[dict[str, Any]]) -> None:
+    """Put ``cache``'s layers back as :func:`snapshot` found them (undo decoding into it)."""
+    for layer, saved in zip(cache.layers, state, strict=True):
+        vars(layer).clear()
+        vars(layer).update(saved)
 
 
 @torch.no_grad()
 def decode_steps(model: PreTrainedModel, cache: Any, first: torch.Tensor, steps: int) -> torch.Tensor:
     """``steps`` batch-1 greedy decode steps through ``model`` and its ``cache``, feeding
-    ``first`` (1, 1) then each argmax token; the cache is trimmed back afterwards. Returns the
+    ``first`` (1, 1) then each argmax token; the cache is restored afterwards. Returns the
     last token chosen."""
-    length = cache.get_seq_length()
+    state = snapshot(cache)
     token = first
     try:
         for _ in range(steps):
@@ -50,7 +57,7 @@ def decode_steps(model: PreTrainedModel, cache: Any, first: torch.Tensor, steps:
             token = logits[:, -1:].argmax(-1)
         return token
     finally:
-        trim(cache, length)
+        restore(cache, state)
 
 
 @torch.no_grad()
@@ -75,9 +82,9 @@ def generate_tokens(model: PreTrainedModel, ids: torch.Tensor, cache: Any, new_t
 @torch.no_grad()
 def generate_from(model: PreTrainedModel, ids: torch.Tensor, cache: Any, new_tokens: int) -> torch.Tensor:
     """:func:`generate_tokens` for the prompt ``ids`` (1, n) whose first n - 1 tokens ``cache``
-    (transformers' own) already holds; the cache is trimmed back after."""
-    length = cache.get_seq_length()
+    (transformers' own) already holds; the cache is restored after."""
+    state = snapshot(cache)
     try:
         return generate_tokens(model, ids, cache, new_tokens)
     finally:
-        trim(cache, length)
+        restore(cache, state)

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 import torch
-from tiny_models import random_ids, tiny_llama, word_tokenizer
+from tiny_models import random_ids, tiny_gemma3, tiny_llama, word_tokenizer
 
 from lorekv.cost.baselines import decode_steps, generate_from, generate_tokens, prefilled_cache
 from lorekv.cost.prompts import batch_lengths, prompt_batch, prompt_of_length
@@ -154,8 +154,11 @@ def test_a_long_prompt_keeps_its_question() -> None:
     assert torch.equal(ids[:, -question.shape[1] :], question)
 
 
-def test_transformers_baselines_decode_what_lorekv_decodes_and_leave_the_cache_as_it_was() -> None:
-    model = prepare(tiny_llama())
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_transformers_baselines_decode_what_lorekv_decodes_and_leave_the_cache_as_it_was(arch: str) -> None:
+    """Gemma 3's sliding layers (window 6) hold their window before decoding, which
+    transformers' ``crop`` cannot undo: the baselines restore the cache instead."""
+    model = prepare(tiny_llama() if arch == "llama" else tiny_gemma3(window=6))
     ids = random_ids(20, seed=3)
     with using_sdpa(model):
         assert model.config._attn_implementation == "sdpa"
@@ -171,6 +174,9 @@ def test_transformers_baselines_decode_what_lorekv_decodes_and_leave_the_cache_a
     ours = continue_full(model, head, ids[:, -1:], 19, 5)
     assert generated.shape == (1, 25) and torch.equal(generated[0, 20:], ours.token_ids)
     assert int(last) == int(ours.token_ids[-1]), "T steps choose the same tokens"
+    with using_sdpa(model):
+        again = generate_from(model, ids, cache, 5)
+    assert torch.equal(again, generated), "the restored cache decodes as the prefilled one did"
 
 
 def test_the_timed_generate_on_a_compressed_fork_decodes_what_decode_does() -> None:
