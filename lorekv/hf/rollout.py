@@ -284,13 +284,10 @@ class ModelRollout:
                 ids.append(tokens), logprobs.append(lp.view(m, k)), entropies.append(ent.view(m, k))
                 logits, position = out[:, -1], position + k
                 continue
-            for _ in range(step.num_tokens):
-                token = step.rule(logits)
-                lp, ent = token_stats(logits, token, validate=False)
-                ids.append(token.view(m, 1)), logprobs.append(lp.view(m, 1)), entropies.append(ent.view(m, 1))
-                where = torch.full((1,), position, device=device)
-                logits = forward(self.model, token.view(m, 1), cache, where, capture=capture, compile=self.compile)
-                logits, position = logits[:, -1], position + 1
+            where = torch.arange(position, position + step.num_tokens, device=device).expand(m, -1)
+            drawn = draw(self.model, cache, capture, logits, step.rule, where, compile=self.compile)
+            ids.append(drawn[0]), logprobs.append(drawn[1]), entropies.append(drawn[2])
+            logits, position = drawn[3], position + step.num_tokens
         layers = self.layers(
             capture.stacked,
             self.positions(total),
@@ -397,14 +394,11 @@ def decode_rows(
     logits = torch.cat([row.last_logits for row in rows]).repeat_interleave(m, dim=0)
     starts = torch.tensor([row.prompt_length for row in rows], device=logits.device).repeat_interleave(m)
     positions = starts[:, None] + torch.arange(num_tokens, device=logits.device)
-    ids, logprobs, entropies = [], [], []
-    for t in range(num_tokens):
-        token = torch.cat([rule(logits[p * m : (p + 1) * m]) for p, rule in enumerate(rules)])
-        lp, ent = token_stats(logits, token, validate=False)
-        ids.append(token), logprobs.append(lp), entropies.append(ent)
-        step = positions[:, t : t + 1]
-        logits = forward(first.model, token.view(-1, 1), cache, step, capture=capture, compile=first.compile)[:, -1]
-    ids_, lp_, ent_ = torch.stack(ids, 1), torch.stack(logprobs, 1), torch.stack(entropies, 1)
+
+    def choose(logits: torch.Tensor) -> torch.Tensor:
+        return torch.cat([rule(logits[p * m : (p + 1) * m]) for p, rule in enumerate(rules)])
+
+    ids_, lp_, ent_, _ = draw(first.model, cache, capture, logits, choose, positions, compile=first.compile)
     out = []
     for p, row in enumerate(rows):
         span = slice(p * m, (p + 1) * m)
@@ -416,3 +410,27 @@ def decode_rows(
         )
         out.append(Trajectories(ids_[span], lp_[span], ent_[span], layers, row.prompt_length))
     return out
+
+
+def draw(
+    model: PreTrainedModel,
+    cache: PositionedCache,
+    capture: QueryCapture,
+    logits: torch.Tensor,
+    choose: TokenRule,
+    positions: torch.Tensor,
+    *,
+    compile: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Decode T tokens into ``cache`` for R rows, each chosen by ``choose`` from the rows' (R, V)
+    logits (``logits``: those of the first), fed at ``positions`` (R, T) with their queries
+    captured. Returns the tokens, their log-probs and entropies, (R, T) each, and the (R, V)
+    logits after the last token."""
+    ids, logprobs, entropies = [], [], []
+    for t in range(positions.shape[1]):
+        token = choose(logits)
+        lp, ent = token_stats(logits, token, validate=False)
+        ids.append(token), logprobs.append(lp), entropies.append(ent)
+        step = positions[:, t : t + 1]
+        logits = forward(model, token.view(-1, 1), cache, step, capture=capture, compile=compile)[:, -1]
+    return torch.stack(ids, 1), torch.stack(logprobs, 1), torch.stack(entropies, 1), logits
