@@ -393,6 +393,9 @@ def bench(
 def gpu_check(
     out: Annotated[Path | None, typer.Option(help="JSON file (default: results/gpu-check-<device>.json).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when there is one).")] = None,
+    demo: Annotated[
+        bool, typer.Option(help="Check the bundled SmolLM2's demo answers (--no-demo where it is not installed).")
+    ] = True,
 ) -> None:
     """Correctness on the device (float32 and bfloat16) and the cost of an 8B-class random-weight model.
 
@@ -402,7 +405,7 @@ def gpu_check(
 
     if device is not None and device.split(":")[0] not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
-    results = run_gpu_check(device, log=lambda line: typer.echo(line, err=True))
+    results = run_gpu_check(device, demo=demo, log=lambda line: typer.echo(line, err=True))
     target = out or Path("results") / f"gpu-check-{results['device']['device'].replace(':', '')}.json"
     typer.echo(render_check(results), nl=False)
     typer.echo(f"Wrote {write_check(results, target)}")

@@ -76,3 +76,15 @@ def test_a_failing_check_gives_a_nonzero_exit(tiny, monkeypatch: pytest.MonkeyPa
 def test_smollm2_demo_answers_check_on_cpu() -> None:
     check = gpu_check.check_demo("cpu")
     assert check.passed and check.error == 0
+
+
+def test_no_demo_leaves_the_demo_check_out_and_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(gpu_check, "CPU_SIZES", gpu_check.replace(TINY, demo=True))
+    monkeypatch.setattr(gpu_check, "check_demo", lambda *_: pytest.fail("the demo check ran under --no-demo"))
+    monkeypatch.setattr(gpu_check, "cost", lambda *_: {"lengths": {}, "skipped": []})
+    out = tmp_path / "no-demo.json"
+    result = CliRunner().invoke(app, ["gpu-check", "--device", "cpu", "--no-demo", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["sizes"]["demo"] is False and "smollm2 demo check not run" in result.output
+    assert "smollm2 demo tokens" not in {c["name"] for c in data["checks"]}
