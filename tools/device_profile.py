@@ -42,9 +42,7 @@ def main() -> None:
         parser.error(f"--length must be >= 1, got {args.length}")
 
     dtype = getattr(torch, args.dtype)
-    model = prepare(
-        random_model(args.model, layers=args.layers, width=args.width, dtype=dtype, device=args.device)
-    )
+    model = prepare(random_model(args.model, layers=args.layers, width=args.width, dtype=dtype, device=args.device))
     ids = RandomPrompts(model.get_input_embeddings().num_embeddings)(args.length, 0).to(args.device)
     lore = Pipeline.from_config(preset("lore_kv", args.budget))
     gpu = args.device.startswith("cuda")

@@ -47,6 +47,10 @@ class MethodSpec(BaseModel):
             teacher-forced (a diagnostic upper reference for future-aware scoring).
         group: an ablation group; the report draws one bar chart per group.
         budgets: budgets for this method only (ablations at small budgets); default: the grid's.
+        seeds: sampler seeds: the method runs once per seed (its sampler's ``seed`` set to each;
+            a mixture's i-th seeded component to seed + i), its rows carry ``sampler_seed``, and
+            the report averages each prompt over the seeds and shows the spread across them.
+            Only for stochastic samplers (a sampler with a ``seed``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -59,6 +63,14 @@ class MethodSpec(BaseModel):
     oracle: bool = False
     group: str | None = None
     budgets: list[int] | None = None
+    seeds: list[int] | None = None
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and (not value or any(s < 0 for s in value) or len(set(value)) != len(value)):
+            raise ValueError(f"seeds must be a non-empty list of distinct integers >= 0, got {value}")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -72,11 +84,15 @@ class MethodSpec(BaseModel):
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"preset: unknown {self.preset!r}; choose from {', '.join(sorted(PRESETS))}")
         if self.is_full:
-            if self.preset is not None or self.config is not None or self.options or self.set or self.oracle:
-                raise ValueError(f"method {FULL!r} is the full cache: it takes no preset, config, options or set")
+            if any((self.preset, self.config, self.options, self.set, self.oracle, self.seeds)):
+                raise ValueError(
+                    f"method {FULL!r} is the full cache: it takes no preset, config, options, set, oracle or seeds"
+                )
             return self
         if (self.preset is None) == (self.config is None):
             raise ValueError(f"method {self.name or '?'}: give exactly one of preset or config")
+        if self.oracle and self.seeds:
+            raise ValueError(f"method {self.name or '?'}: the oracle future is teacher-forced; it takes no seeds")
         if self.options and self.preset is None:
             raise ValueError(f"method {self.name or '?'}: options are a preset's arguments; use set with a config")
         if not self.name:
@@ -89,8 +105,13 @@ class MethodSpec(BaseModel):
     def is_full(self) -> bool:
         return self.name == FULL and self.preset is None and self.config is None
 
-    def build(self, budget: int, base: Path | None = None) -> PipelineConfig:
-        """The pipeline at ``budget`` kept tokens per KV head (oracle futures not yet filled in)."""
+    def build(self, budget: int, base: Path | None = None, seed: int | None = None) -> PipelineConfig:
+        """The pipeline at ``budget`` kept tokens per KV head, its sampler at ``seed`` when given (oracle
+        futures not yet filled in)."""
+        config = self._build(budget, base)
+        return config if seed is None else with_sampler_seed(config, seed, self.name)
+
+    def _build(self, budget: int, base: Path | None) -> PipelineConfig:
         if self.preset is not None:
             config = preset(self.preset, budget, **self.options)
         else:
@@ -109,6 +130,21 @@ class MethodSpec(BaseModel):
                 "the grid's budgets set it (use the method's budgets to choose them)"
             )
         return changed
+
+
+def with_sampler_seed(config: PipelineConfig, seed: int, name: str) -> PipelineConfig:
+    """``config`` with its sampler's ``seed`` set (a mixture: its i-th seeded component's to ``seed + i``, so
+    that two components of one kind do not draw the same futures)."""
+    sampler = config.sampler.model_dump()
+    if "seed" in sampler:
+        return config.override({"sampler.seed": seed})
+    parts = sampler.get("samplers") or []
+    seeded = [i for i, part in enumerate(parts) if "seed" in part]
+    if not seeded:
+        raise ValueError(f"method {name}: seeds need a stochastic sampler; {sampler['name']} takes no seed")
+    for offset, i in enumerate(seeded):
+        parts[i]["seed"] = seed + offset
+    return config.override({"sampler": sampler})
 
 
 def _parse_task(spec: Any) -> Any:
@@ -285,8 +321,12 @@ class GridConfig(BaseModel):
     def digest(self) -> str:
         """A short hash of the grid's content and of its benchmark files' contents: the identity
         its results files carry (``batch_size``, which changes no result, left out)."""
+        dumped = self.model_dump(mode="json", exclude={"batch_size"})
+        for method in dumped["methods"]:
+            if method["seeds"] is None:  # added in 0.3: grids without seeds keep their digests
+                del method["seeds"]
         content = {
-            **self.model_dump(mode="json", exclude={"batch_size"}),
+            **dumped,
             **({"files": self.fingerprints()} if self.file_tasks else {}),
         }
         text = json.dumps(content, sort_keys=True)
@@ -329,7 +369,7 @@ class GridConfig(BaseModel):
                 candidates = {shortest, max(self.lengths) - 1}
                 for tokens in {budget.resolve(c) for c in candidates}:
                     try:
-                        method.build(tokens, base)
+                        method.build(tokens, base, None if method.seeds is None else method.seeds[0])
                     except (ValueError, TypeError) as error:
                         raise ValueError(f"method {method.name} at {budget.label}: {error}") from None
 
@@ -389,6 +429,6 @@ def units(grid: GridConfig) -> Iterator[Unit]:
                             yield Unit(model, mode, length, task, index)
 
 
-def cell_key(unit: Unit, method: str, budget: Budget) -> str:
-    """The results key of one (unit, method, budget) cell."""
-    return f"{unit.key}|{method}|{budget.label}"
+def cell_key(unit: Unit, method: str, budget: Budget, seed: int | None = None) -> str:
+    """The results key of one (unit, method, budget, sampler seed) cell."""
+    return f"{unit.key}|{method}|{budget.label}" + ("" if seed is None else f"|seed={seed}")

@@ -33,9 +33,11 @@ from lorekv.eval.rows import (
     macro_cells,
     median_seconds,
     methods_of,
+    over_seeds,
     scores_by_task,
     section_slug,
     sections,
+    seed_spread,
     split_records,
     task_cell,
 )
@@ -220,6 +222,37 @@ def paired_table(rows: Sequence[Mapping[str, Any]], reference: str, *, seed: int
     ]
 
 
+def seed_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each seeded method's accuracy per sampler seed: the mean over seeds, the lowest and highest, and
+    the range (the section's raw rows, before :func:`over_seeds`); nothing when no row has a seed."""
+    spread = seed_spread(rows)
+    if not spread:
+        return []
+    methods = [m for m in methods_of(rows) if any(cell[0] == m for cell in spread)]
+    columns = [c for c in budget_labels(rows) if any(cell[1] == c for cell in spread)]
+    body = []
+    for method in methods:
+        cells = [_method_name(method)]
+        for column in columns:
+            values = list(spread.get((method, column), {}).values())
+            cells.append(
+                f"{statistics.fmean(values):.2f} ({min(values):.2f}–{max(values):.2f}; range "
+                f"{max(values) - min(values):.2f}; {len(values)} seeds)"
+                if values
+                else MISSING
+            )
+        body.append(cells)
+    return [
+        "### Spread over sampler seeds",
+        "",
+        "Macro accuracy of each sampler seed on the same prompts: mean over seeds (lowest–highest; range; "
+        "seeds). Every other table here scores a seeded method by each prompt's mean over its seeds.",
+        "",
+        *md_table(["method", *columns], body),
+        "",
+    ]
+
+
 def prefill_ratios(rows: Sequence[Mapping[str, Any]]) -> dict[Cell, float]:
     """Median of ``compression_seconds`` / transformers' own prefill of the same prompt (the
     row's ``seconds["reference_prefill"]``) per (method, budget_label); cells without it are absent."""
@@ -329,12 +362,14 @@ def build_report(
         "sample is repeated in every budget column.",
         "",
     ]
-    for section, section_rows in sections(checked).items():
+    for section, seeded_rows in sections(checked).items():
         model, mode, length = section
+        section_rows = over_seeds(seeded_rows)
         lines += [f"## {model} · {mode} · {length} tokens", ""]
         lines += budget_fractions(section_rows)
         lines += per_task_tables(section_rows, seed=seed, resamples=resamples)
         lines += macro_table(section_rows, seed=seed, resamples=resamples)
+        lines += seed_table(seeded_rows)
         lines += suite_tables(section_rows)
         lines += paired_table(section_rows, reference, seed=seed, resamples=resamples)
         lines += time_table(section_rows, reference)
@@ -389,8 +424,9 @@ def write_report(
         from lorekv.eval.figures import section_figures  # matplotlib only when figures are wanted
 
         for section, section_rows in sections(checked).items():
+            averaged = over_seeds(section_rows)
             written = section_figures(
-                section_rows, out / "figures", section_slug(section), baseline=baseline, seed=seed, resamples=resamples
+                averaged, out / "figures", section_slug(section), baseline=baseline, seed=seed, resamples=resamples
             )
             links[section] = [(caption, path.relative_to(out).as_posix()) for caption, path in written]
     text = build_report(

@@ -24,8 +24,9 @@ REQUIRED = (
 )  # fmt: skip
 """Row keys the report reads; other keys of the runner's rows are carried but not needed."""
 
-IDENTITY = ("model", "mode", "length", "task", "index", "method", "budget_label")
-"""Keys that identify a row: two rows with the same values are a duplicate (an error)."""
+IDENTITY = ("model", "mode", "length", "task", "index", "method", "budget_label", "sampler_seed")
+"""Keys that identify a row: two rows with the same values are a duplicate (an error). A row without
+``sampler_seed`` (a deterministic method, or a file written before seeds) has None there."""
 
 Section = tuple[str, str, int]
 """(model, mode, length): rows of one section are compared with each other, never across."""
@@ -73,7 +74,7 @@ def check_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 f"rows: {_row_name(row, position)} has method {row['method']!r} with budget_label "
                 f"{row['budget_label']!r}; the full cache is method {FULL!r} with budget_label {FULL!r}, and only it"
             )
-        key = tuple(row[k] for k in IDENTITY)
+        key = tuple(row.get(k) for k in IDENTITY)
         if key in seen:
             shown = ", ".join(f"{k}={v!r}" for k, v in zip(IDENTITY, key, strict=True))
             raise ValueError(f"rows: duplicate ({shown}) at rows {seen[key]} and {position}")
@@ -179,3 +180,36 @@ def median_seconds(rows: Sequence[Mapping[str, Any]]) -> dict[Cell, float]:
     for row in rows:
         values.setdefault((str(row["method"]), str(row["budget_label"])), []).append(float(row["compression_seconds"]))
     return {cell: float(statistics.median(v)) for cell, v in values.items()}
+
+
+def over_seeds(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with each prompt's sampler seeds averaged into one row: the mean score and compression
+    seconds, ``sampler_seeds`` the count (other fields: the first seed's). Rows without a seed pass as
+    they are. Every table then compares prompt by prompt, a seeded method by its mean over seeds."""
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row.get(k) for k in IDENTITY[:-1]) + (row.get("sampler_seed") is None,), []).append(row)
+    out = []
+    for group in groups.values():
+        if group[0].get("sampler_seed") is None:
+            out.extend(dict(row) for row in group)
+            continue
+        mean = {k: statistics.fmean(float(r[k]) for r in group) for k in ("score", "compression_seconds")}
+        out.append({**group[0], **mean, "sampler_seed": None, "sampler_seeds": len(group)})
+    return out
+
+
+def seed_spread(rows: Sequence[Mapping[str, Any]]) -> dict[Cell, dict[int, float]]:
+    """Per (method, budget_label) cell with sampler seeds: each seed's macro accuracy (mean over tasks of
+    each task's mean over its prompts), by seed."""
+    by_seed: dict[Cell, dict[int, list[Mapping[str, Any]]]] = {}
+    for row in rows:
+        if row.get("sampler_seed") is not None:
+            cell = (str(row["method"]), str(row["budget_label"]))
+            by_seed.setdefault(cell, {}).setdefault(int(row["sampler_seed"]), []).append(row)
+    out: dict[Cell, dict[int, float]] = {}
+    for cell, seeds in by_seed.items():
+        for seed, seed_rows in sorted(seeds.items()):
+            tasks = scores_by_task(seed_rows, *cell)
+            out.setdefault(cell, {})[seed] = statistics.fmean(statistics.fmean(s.values()) for s in tasks.values())
+    return out

@@ -52,10 +52,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class Cell:
-    """A (method, budget) column of the grid (compared by identity: its method holds dicts)."""
+    """A (method, budget, sampler seed) column of the grid (compared by identity: its method holds dicts)."""
 
     method: MethodSpec
     budget: Budget
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def build_pipelines(
         if cell.method.is_full:
             continue
         budget = cell.budget.resolve(prompt.candidates)
-        config = cell.method.build(budget, base)
+        config = cell.method.build(budget, base, cell.seed)
         if cell.method.oracle:
             config = config.override({"sampler": {"name": "oracle", "token_ids": [oracle_ids(sample, tokenizer)]}})
         pipeline = Pipeline.from_config(config)
@@ -235,9 +236,9 @@ def run_units(
         stats = generation.stats
         prediction = generation.text(tokenizer)
         emit({
-            "type": "row", "id": cell_key(unit, cell.method.name, cell.budget), "model": unit.model,
+            "type": "row", "id": cell_key(unit, cell.method.name, cell.budget, cell.seed), "model": unit.model,
             "task": sample.task, "length": unit.length, "mode": unit.mode, "index": unit.index,
-            "seed": sample.seed, "method": cell.method.name, "group": cell.method.group,
+            "seed": sample.seed, "sampler_seed": cell.seed, "method": cell.method.name, "group": cell.method.group,
             "budget_label": cell.budget.label, "budget": budget, "ratio": cell.budget.ratio,
             "tokens": prompt.ids.shape[1], "prediction": prediction, "answers": list(sample.answers),
             "metric": sample.metric, "score": sample.score(prediction),

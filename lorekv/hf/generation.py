@@ -225,7 +225,8 @@ def check_generate(model: PreTrainedModel, cache: CompressedCache, args: tuple, 
     mask = options.get("attention_mask")
     pad, eos = config.pad_token_id, config.eos_token_id
     eos = [] if eos is None else torch.as_tensor(eos).reshape(-1).tolist()
-    inferred = pad is not None and pad not in eos and bool(torch.isin(input_ids, torch.as_tensor(pad, device=input_ids.device)).any())
+    pad_ids = None if pad is None else torch.as_tensor(pad, device=input_ids.device)
+    inferred = pad_ids is not None and pad not in eos and bool(torch.isin(input_ids, pad_ids).any())
     compressed_mask = cache.attention_mask.to(input_ids.device)
     if mask is None and (inferred or not bool((compressed_mask == 1).all())):
         raise ValueError(
