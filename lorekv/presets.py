@@ -315,10 +315,11 @@ def kvzip(budget: int, chunk_size: int = 2048) -> PipelineConfig:
     keys and its own earlier keys; score = the max over those queries and over the group's
     query heads. Query-agnostic is KVzip's setting; query-aware mode reconstructs the whole
     prompt (question included) and keeps the re-fed last token on top. Pass the model's
-    tokenizer: ``Pipeline.compress(..., tokenizer=tok)``. Differs: a uniform B per KV head
-    (kvpress prunes one global threshold over all layers and heads, the original a global
-    "pair" threshold; ``policy.name=per_head`` with ``alpha=0``, ``normalize=False`` is
-    kvpress's ``layerwise=True``); the whole prompt is reconstructed (kvpress skips a chat
+    tokenizer: ``Pipeline.compress(..., tokenizer=tok)``. One threshold over every layer and KV
+    head, as kvpress and the original (its global "pair" threshold): the ``global`` policy keeps
+    L * G * B entries in all, B per KV head on average (``policy.name=per_head`` with
+    ``alpha=0``, ``normalize=False`` is kvpress's ``layerwise=True``; ``uniform``, lorekv 0.2's
+    choice, a fixed B per head). Differs: the whole prompt is reconstructed (kvpress skips a chat
     template prefix, whose tokens then score 0); the 4 sink keys, in every later chunk's
     softmax, score the max over every chunk's queries (kvpress keeps chunk 0's); softmax in
     float32 (kvpress: the model dtype); no KVzip+ normalisation.
@@ -327,7 +328,7 @@ def kvzip(budget: int, chunk_size: int = 2048) -> PipelineConfig:
         sampler={"name": "kvzip", "chunk_size": chunk_size},
         scorer={"name": "attention_mass", "query_reduction": "max", "head_reduction": "max"},
         aggregator={"name": "mean"},
-        policy={"name": "uniform", "budget": budget},
+        policy={"name": "global", "budget": budget},
     )
 
 

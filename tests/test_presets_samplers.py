@@ -133,18 +133,30 @@ def kvzip_reference(model, ids: torch.Tensor, chunk: int, sink_from_every_chunk:
     return scores
 
 
+def global_top(per_layer: list[torch.Tensor], candidates: int, budget: int) -> list[list[set[int]]]:
+    """KVzip's allocation: the L * G * budget best (layer, head, token) triples over every layer and KV
+    head at once (ties: lower layer, head, token), as per-head sets."""
+    triples = [
+        (-float(s[h, j]), layer, h, j) for layer, s in enumerate(per_layer) for h in range(s.shape[0])
+        for j in range(candidates)
+    ]  # fmt: skip
+    chosen = sorted(triples)[: len(per_layer) * per_layer[0].shape[0] * budget]
+    sets = [[set() for _ in range(s.shape[0])] for s in per_layer]
+    for _, layer, h, j in chosen:
+        sets[layer][h].add(j)
+    return sets
+
+
 @MODES
 @pytest.mark.parametrize("n,chunk", [(40, 2048), (50, 20)], ids=["one-chunk", "three-chunks"])
 def test_kvzip_equals_the_reference_rule(query_aware: bool, n: int, chunk: int) -> None:
-    """One chunk: kvpress's rule exactly. Several: the same with the sink keys scored by every chunk."""
+    """One chunk: kvpress's rule exactly (its scores, one threshold across every layer and head).
+    Several: the same with the sink keys scored by every chunk."""
     model = tiny_llama(113, layers=2)
     ids = random_ids(n, seed=213)
     budget = 11
     candidates = n - 1 if query_aware else n
-    expected = [
-        [top(s[:candidates], budget) for s in per_layer]
-        for per_layer in kvzip_reference(model, ids, chunk, sink_from_every_chunk=True)
-    ]
+    expected = global_top(kvzip_reference(model, ids, chunk, sink_from_every_chunk=True), candidates, budget)
     config = preset("kvzip", budget, chunk_size=chunk)
     compressed = Pipeline.from_config(config).compress(model, ids, query_aware=query_aware, tokenizer=CharTokenizer())
     assert kept(compressed) == expected

@@ -129,9 +129,12 @@ def test_the_check_fails_on_a_sync_per_layer(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_kvzip_reads_once_per_chunk() -> None:
-    """:data:`KNOWN` ``"kvzip chunks"``: one counted read per chunk, in sampling, nothing else grows."""
+    """:data:`KNOWN` ``"kvzip chunks"``: one counted read per chunk, in sampling, nothing else grows. The
+    uniform policy keeps the other phases' reads fixed (the preset's global one reads per-layer sizes when
+    heads keep different counts, which depends on the scores, not on n)."""
     model = tiny_llama()
-    pipeline = Pipeline.from_config(preset("kvzip", BUDGET, chunk_size=16))
+    uniform = preset("kvzip", BUDGET, chunk_size=16).override({"policy": {"name": "uniform", "budget": BUDGET}})
+    pipeline = Pipeline.from_config(uniform)
     short, long = count(pipeline, model, 40), count(pipeline, model, 80)  # 3 and 5 chunks
     checks = sum(c for (kind, where), c in short.places("sampling").items() if where.startswith("lorekv/hf/rollout"))
     assert checks == 3, short.report()
