@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -241,23 +242,42 @@ def correctness(device: str, sizes: Sizes, say: Log) -> list[Check]:
     return checks
 
 
+FIRST_GROWTH = 1.5
+"""The exponent k of time ~ n^k assumed from one measured length: between linear (the futures and
+scores) and quadratic (the prefill's attention)."""
+
+
+def estimate_seconds(measured: list[tuple[int, float]], n: int) -> float:
+    """The bench's seconds at length ``n`` from the measured (length, seconds), model loading left out:
+    the last one scaled by (n / n_last)^k, k fitted on the last two lengths (kept within [1, 2]) or
+    :data:`FIRST_GROWTH` from one."""
+    (n1, t1), k = measured[-1], FIRST_GROWTH
+    if len(measured) > 1:
+        n0, t0 = measured[-2]
+        k = min(2.0, max(1.0, math.log(t1 / t0) / math.log(n1 / n0)))
+    return t1 * (n / n1) ** k
+
+
 def cost(device: str, sizes: Sizes, say: Log) -> dict[str, Any]:
-    """The bench at each length while the time budget lasts: a length is skipped when the last one's time,
-    scaled by the square of the length ratio, would overrun it."""
+    """The bench at each length while the time budget lasts: a length is skipped when its estimated time
+    (:func:`estimate_seconds`) would overrun it."""
     from lorekv.cost.run import load_model
 
     models: dict[str, Any] = {}
+    loading = [0.0]
 
     def loader(config: BenchConfig) -> Any:
         if "model" not in models:
+            began = time.perf_counter()
             models["model"] = load_model(config)
+            loading[0] = time.perf_counter() - began
         return models["model"]
 
     out: dict[str, Any] = {"model": "random:llama-3.1-8b", "lengths": {}, "skipped": []}
-    start, last = time.perf_counter(), None
+    start, measured = time.perf_counter(), []
     for n in sizes.lengths:
         spent = time.perf_counter() - start
-        if last is not None and spent + last[1] * (n / last[0]) ** 2 > sizes.budget_s:
+        if measured and spent + estimate_seconds(measured, n) > sizes.budget_s:
             out["skipped"].append(n)
             continue
         config = BenchConfig(
@@ -267,13 +287,16 @@ def cost(device: str, sizes: Sizes, say: Log) -> dict[str, Any]:
         )  # fmt: skip
         say(f"cost: n={n}")
         began = time.perf_counter()
+        loaded = loading[0]
         results = run_bench(config, loader=loader, log=say)
-        last = (n, time.perf_counter() - began)
+        seconds = time.perf_counter() - began - (loading[0] - loaded)
+        measured.append((n, seconds))
+        out["load_seconds"] = loading[0]
         out["dtype"], out["weights"] = (
             results["dtype"] if "dtype" in results else config.resolved_dtype,
             results.get("weights"),
         )
-        out["lengths"][str(n)] = {"seconds": last[1], **_figures(results["lengths"][next(iter(results["lengths"]))])}
+        out["lengths"][str(n)] = {"seconds": seconds, **_figures(results["lengths"][next(iter(results["lengths"]))])}
     if out["skipped"]:
         out["note"] = f"lengths {out['skipped']} skipped: the {sizes.budget_s:.0f} s time budget would be spent"
     return out

@@ -88,3 +88,10 @@ def test_no_demo_leaves_the_demo_check_out_and_says_so(monkeypatch: pytest.Monke
     data = json.loads(out.read_text())
     assert data["sizes"]["demo"] is False and "smollm2 demo check not run" in result.output
     assert "smollm2 demo tokens" not in {c["name"] for c in data["checks"]}
+
+
+def test_the_next_length_is_estimated_from_the_measured_growth() -> None:
+    assert gpu_check.estimate_seconds([(8192, 30.0)], 32768) == pytest.approx(30.0 * 4**gpu_check.FIRST_GROWTH)
+    assert gpu_check.estimate_seconds([(8192, 30.0), (32768, 240.0)], 65536) == pytest.approx(240.0 * 2**1.5)
+    assert gpu_check.estimate_seconds([(8192, 30.0), (32768, 60.0)], 65536) == pytest.approx(120.0)  # k >= 1
+    assert gpu_check.estimate_seconds([(1024, 1.0), (2048, 8.0)], 4096) == pytest.approx(32.0)  # k <= 2
