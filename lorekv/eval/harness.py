@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from lorekv.eval.grid import GridConfig, Unit, cell_key, units
+from lorekv.eval.grid import GridConfig, Unit, units
 from lorekv.eval.results import ResultsFile
 from lorekv.eval.shared import Cell, run_units
 from lorekv.eval.suites.task import FileTaskConfig
@@ -137,7 +137,7 @@ def run_header(grid: GridConfig, shard: tuple[int, int]) -> dict[str, Any]:
 
 
 def grid_cells(grid: GridConfig) -> list[Cell]:
-    """Every (method, budget) column of the grid, methods in the grid's order."""
+    """Every (method, budget, sampler seed) column of the grid, methods in the grid's order."""
     return [
         Cell(method, budget, seed)
         for method in grid.methods
@@ -215,7 +215,7 @@ def _run_shard(
     mine = shard_units(grid, shard)
     done = results.done()
     total = len(mine) * len(cells)
-    finished = sum(cell_key(u, c.method.name, c.budget, c.seed) in done for u in mine for c in cells)
+    finished = sum(c.key(u) in done for u in mine for c in cells)
     bar = _progress(total, finished, progress)
     loaded: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase]] = {}
 
@@ -254,7 +254,7 @@ def _run_shard(
 
     try:
         for unit in mine:
-            todo = tuple(k for k, c in enumerate(cells) if cell_key(unit, c.method.name, c.budget, c.seed) not in done)
+            todo = tuple(k for k, c in enumerate(cells) if c.key(unit) not in done)
             if not todo:
                 continue
             if (unit.model, unit.mode, unit.length) != stage:
@@ -286,7 +286,7 @@ def check_file_samples(
     out = {}
     for unit in mine:
         if unit.model == model and isinstance(unit.task, FileTaskConfig):
-            if any(cell_key(unit, c.method.name, c.budget, c.seed) not in done for c in cells):
+            if any(c.key(unit) not in done for c in cells):
                 out[unit.key] = unit.sample(tokenizer, grid.seed)
     return out
 
@@ -338,7 +338,7 @@ def merge(out: str | Path, shards: Sequence[str | Path], *, allow_missing: bool 
             if row["id"] in rows:
                 raise ValueError(f"shard {p}: row {row['id']!r} is also in another shard")
             rows[row["id"]] = row
-    expected = [cell_key(u, c.method.name, c.budget, c.seed) for u in units(grid) for c in grid_cells(grid)]
+    expected = [c.key(u) for u in units(grid) for c in grid_cells(grid)]
     missing = [k for k in expected if k not in rows]
     if missing and not allow_missing:
         raise ValueError(

@@ -58,6 +58,10 @@ class Cell:
     budget: Budget
     seed: int | None = None
 
+    def key(self, unit: Unit) -> str:
+        """The results key of this cell on ``unit``."""
+        return cell_key(unit, self.method.name, self.budget, self.seed)
+
 
 @dataclass(frozen=True)
 class Prompt:
@@ -236,7 +240,7 @@ def run_units(
         stats = generation.stats
         prediction = generation.text(tokenizer)
         emit({
-            "type": "row", "id": cell_key(unit, cell.method.name, cell.budget, cell.seed), "model": unit.model,
+            "type": "row", "id": cell.key(unit), "model": unit.model,
             "task": sample.task, "length": unit.length, "mode": unit.mode, "index": unit.index,
             "seed": sample.seed, "sampler_seed": cell.seed, "method": cell.method.name, "group": cell.method.group,
             "budget_label": cell.budget.label, "budget": budget, "ratio": cell.budget.ratio,
