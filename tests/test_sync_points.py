@@ -42,6 +42,7 @@ import pytest
 import torch
 from sync_points import SyncCounter, pipeline_phases
 from tiny_models import CharTokenizer, random_ids, tiny_gemma3, tiny_llama
+from torch.profiler import ProfilerActivity, profile
 
 from lorekv.pipeline import Pipeline
 from lorekv.presets import preset
@@ -142,3 +143,45 @@ def test_kvzip_reads_once_per_chunk() -> None:
     assert grown == 2 and {**long.per_phase(), "sampling": 0} == {**short.per_phase(), "sampling": 0}, (
         f"{short.report()}\n{long.report()}"
     )
+
+
+SCALAR_READ = "aten::_local_scalar_dense"
+"""The operator every host read of one tensor value goes through, whoever makes it (Python or
+C++): ``aten::item``, ``bool``/``int``/``float`` of a tensor and ``is_nonzero`` all end in it,
+once per read (counting ``aten::item`` as well would count a Python ``.item()`` twice)."""
+
+
+def scalar_reads(method: str, layers: int, futures: int = 2, tokens: int = 3) -> int:
+    """Host reads of tensor values (:data:`SCALAR_READ` events) in one compression, from torch.profiler.
+
+    The profiler sees the reads :class:`SyncCounter` cannot: those made inside C++ (a ``bool``
+    of a tensor inside an operator, ``multinomial``'s probability checks on the CPU).
+    """
+    pipeline = METHODS[method](futures, tokens)
+    model, ids = tiny_llama(layers=layers), random_ids(40, seed=1)
+    pipeline.compress(model, ids, tokenizer=CharTokenizer())  # warm-up: first-call caches are not syncs
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        pipeline.compress(model, ids, tokenizer=CharTokenizer())
+    return sum(event.count for event in prof.key_averages() if event.key == SCALAR_READ)
+
+
+@pytest.mark.parametrize("method", ["lore_kv", "snapkv"])
+def test_scalar_reads_do_not_grow_with_layers(method: str) -> None:
+    """A value read per layer (or per layer and future step) is a stall per layer on a device:
+    the profiler's count of scalar reads is the same at 2 and at 5 layers."""
+    counts = {layers: scalar_reads(method, layers) for layers in (2, 5)}
+    assert counts[2] == counts[5], f"{method}: scalar reads per compression by layer count {counts}"
+
+
+def test_the_scalar_read_count_fails_on_a_read_per_layer_and_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``.item()`` in the query capture (once per layer per future step) is caught."""
+    from lorekv.hf.attention import QueryCapture
+
+    record = QueryCapture.record
+
+    def reading(self: QueryCapture, module: torch.nn.Module, query: torch.Tensor, scaling: float) -> None:
+        record(self, module, query, float(query.abs().amax().item()) * 0 + scaling)
+
+    monkeypatch.setattr(QueryCapture, "record", reading)
+    counts = {layers: scalar_reads("lore_kv", layers) for layers in (2, 5)}
+    assert counts[5] - counts[2] == 3 * 3, counts  # 3 more layers, each read at each of T = 3 steps

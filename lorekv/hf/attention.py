@@ -176,10 +176,12 @@ def shared_prefix_attention(
         (B, H, q, d), equal to attention over the concatenation [prefix, own] up to rounding.
 
     Cascade (shared-prefix) attention: the B/P * group query heads of each KV head attend to
-    their prefix row as one call, each branch attends to its own S entries, and the two
-    partial results merge exactly through their log-sum-exps:
-    o = (e^{lse_p} o_p + e^{lse_s} o_s) / (e^{lse_p} + e^{lse_s}). Without it, B branches
-    would hold and read B copies of the prompt's KV at every step.
+    their prefix row as one call, each branch's group query heads attend to its own S entries
+    as one call per KV head (the entries are not repeated per query head), and the two partial
+    results merge exactly through their log-sum-exps:
+    o = (e^{lse_p} o_p + e^{lse_s} o_s) / (e^{lse_p} + e^{lse_s}) = o_s + sigmoid(lse_p - lse_s) (o_p - o_s),
+    one interpolation. Without it, B branches would hold and read B copies of the prompt's KV
+    at every step.
     """
     b, h, q, _ = query.shape
     g, p = keys.shape[1], prefix_keys.shape[0]
@@ -200,14 +202,15 @@ def shared_prefix_attention(
 
     own_mask = None
     if q > 1 or window is not None:
-        own_mask = repeat(position_mask(key_positions, query_positions, window), "b g q s -> b (g r) q s", r=r)
-    own_keys = repeat(keys, "b g s d -> b (g r) s d", r=r)
-    own_values = repeat(values, "b g s d -> b (g r) s d", r=r)
-    out_s, lse_s = partial_attention(query, own_keys, own_values, own_mask, scaling)
+        own_mask = repeat(position_mask(key_positions, query_positions, window), "b g q s -> b g (r q) s", r=r)
+    own_query = rearrange(query, "b (g r) q d -> b g (r q) d", g=g)  # a view at q = 1 (a decode step)
+    out_s, lse_s = partial_attention(own_query, keys, values, own_mask, scaling)
+    out_s = rearrange(out_s, "b g (r q) d -> b (g r) q d", r=r)
+    lse_s = rearrange(lse_s, "b g (r q) -> b (g r) q", r=r)
 
-    lse = torch.logaddexp(lse_p, lse_s)
-    out = out_p.float() * torch.exp(lse_p - lse).unsqueeze(-1) + out_s.float() * torch.exp(lse_s - lse).unsqueeze(-1)
-    return out.to(query.dtype)
+    dtype = torch.promote_types(query.dtype, torch.float32)
+    share_p = torch.sigmoid(lse_p - lse_s).unsqueeze(-1).to(dtype)  # e^{lse_p} / (e^{lse_p} + e^{lse_s})
+    return torch.lerp(out_s.to(dtype), out_p.to(dtype), share_p).to(query.dtype)
 
 
 def partial_attention(

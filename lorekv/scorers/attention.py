@@ -27,14 +27,43 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
-from einops import einsum, rearrange
+from einops import rearrange
 
 from lorekv.trajectories import LayerCapture
 
 
 @dataclass(frozen=True)
+class PromptTerms:
+    """The query-independent tensors of one layer's prompt, formed once per layer.
+
+    :meth:`lorekv.scorers.base.Scorer.score_layer` scores a layer's queries in chunks; what does
+    not depend on the queries (the centre, the centred values, a scorer's per-token terms) is
+    computed here once and read by every chunk, rather than once per chunk.
+
+    Attributes:
+        centre: (G, d) c_g, the mean prompt value of each KV head, in the compute dtype.
+        centred_values: (G, n, d) v_j - c_g in the compute dtype (possibly a view into
+            ``augmented``, whose first d columns they are).
+        augmented: (G, n, d + k + 1) rows [u_j, u_j^T M_1 u_j .. u_j^T M_k u_j, 1] of the
+            deletion scorers' distance expansion (see :func:`lorekv.scorers.loo.distance_terms`);
+            None for scorers that need no distances.
+        gram: (H, d, d) the metrics M_h = G_h of projected LOO; None for the plain metric.
+    """
+
+    centre: torch.Tensor
+    centred_values: torch.Tensor
+    augmented: torch.Tensor | None = None
+    gram: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
 class CausalAttention:
     """Attention weights and outputs of one layer, per query head.
+
+    The tensors are stored head-major, (H, M, T, ...) contiguous, and shown as (M, H, T, ...)
+    views: with H outermost, the queries of one KV head over every future and query form one
+    matrix, so a product with the prompt's (G, n, d) keys or values is a single batched GEMM
+    over the G KV heads, with neither the queries' weights nor the prompt copied per future.
 
     Attributes:
         weights: (M, H, T, n+R) softmax weights a; 0 on keys the query cannot see.
@@ -96,16 +125,26 @@ class CausalAttention:
 
         The values are centred by :attr:`centre` (KV head g of query head h); for weights that
         sum to 1 this is the weighted mean of the values minus c_g. The prompt's values are
-        shared by the M futures and are never copied per future.
+        shared by the M futures and are never copied per future: the prompt part is one GEMM
+        per KV head over all of its queries (free of copies when ``weights`` is a head-major
+        view, as this class's are). The result is a view of a head-major tensor.
         """
         layer, n = self.layer, self.prompt_length
         dtype = weights.dtype
-        g = layer.num_kv_heads
+        g, r = layer.num_kv_heads, layer.group_size
+        h, m, t = weights.shape[1], weights.shape[0], weights.shape[2]
+        torch._check(h == g * r)  # for torch.compile's symbolic shapes: the heads split evenly
         prompt_values = self.centred_prompt_values().to(dtype)
-        own_values = layer.response_values.to(dtype) - self.centre.to(dtype)[None, :, None, :]
-        prompt = einsum(split_heads(weights[..., :n], g), prompt_values, "m g r t n, g n d -> m g r t d")
-        own = einsum(split_heads(weights[..., n:], g), own_values, "m g r t s, m g s d -> m g r t d")
-        return merge_heads(prompt + own)
+        head_major = weights.transpose(0, 1)  # (H, M, T, n+R)
+        prompt = torch.matmul(head_major[..., :n].reshape(g, r * m * t, n), prompt_values)
+        out = prompt.reshape(h, m, t, prompt_values.shape[-1])
+        s = layer.response_values.shape[2]
+        if s > 0:
+            own_values = layer.response_values.to(dtype) - self.centre.to(dtype)[None, :, None, :]
+            own_weights = rearrange(head_major[..., n:], "(g r) m t s -> m g (r t) s", g=g)
+            own = rearrange(torch.matmul(own_weights, own_values), "m g (r t) d -> (g r) m t d", r=r)
+            out = out + own
+        return out.transpose(0, 1)
 
     @property
     def lone_query(self) -> torch.Tensor:
@@ -113,40 +152,57 @@ class CausalAttention:
         return self.visible.sum(dim=-1) == 1
 
 
-def causal_attention(layer: LayerCapture, *, output: bool = True) -> CausalAttention:
+def prompt_terms(layer: LayerCapture) -> PromptTerms:
+    """The centre and centred values of ``layer``'s prompt in :func:`compute_dtype` (see :class:`PromptTerms`)."""
+    dtype = compute_dtype(layer)
+    centre = value_centre(layer, dtype)
+    return PromptTerms(centre=centre, centred_values=layer.prompt_values.to(dtype) - centre[:, None, :])
+
+
+def causal_attention(layer: LayerCapture, *, output: bool = True, terms: PromptTerms | None = None) -> CausalAttention:
     """Recompute the layer's causal attention in :func:`compute_dtype`.
 
     Args:
         layer: queries (M, H, T, d), prompt keys (G, n, d) shared by the futures, response keys
             (M, G, R, d), visibility (T, n+R) via ``layer.visible()``.
+        output: also form the centred values and outputs.
+        terms: the layer's :class:`PromptTerms` when already formed (a chunk of a layer's
+            queries: :meth:`lorekv.scorers.base.Scorer.score_layer`); None forms them here.
 
     Returns:
         The weights (M, H, T, n+R), the centre c (G, d) and, with ``output``, the centred
         values (G, n, d) and outputs (M, H, T, d). A query that sees no key at all (position < 0) gets all-zero
-        weights and a zero output. The prompt keys are never copied per future: prompt and
-        response logits are computed apart and joined.
+        weights and a zero output. The prompt keys are never copied per future: the queries of
+        each KV head, over every future, meet its prompt keys in one GEMM, and the response
+        logits are computed apart and joined.
     """
     dtype = compute_dtype(layer)
-    g = layer.num_kv_heads
-    queries = split_heads(layer.queries.to(dtype) * layer.scaling, g)
-    visible = layer.visible()
-    centre = value_centre(layer, dtype)
-    logits = torch.cat(
-        [
-            einsum(queries, layer.prompt_keys.to(dtype), "m g r t d, g n d -> m g r t n"),
-            einsum(queries, layer.response_keys.to(dtype), "m g r t d, m g s d -> m g r t s"),
-        ],
-        dim=-1,
-    ).masked_fill_(~visible, float("-inf"))
-    weights = torch.softmax(logits, dim=-1).masked_fill_(~visible, 0.0)
+    m, h, t, d = layer.queries.shape
+    g, r = layer.num_kv_heads, layer.group_size
+    torch._check(h == g * r)  # for torch.compile's symbolic shapes: the heads split evenly
+    queries = layer.queries.to(dtype).transpose(0, 1).contiguous() * layer.scaling  # (H, M, T, d)
+    hidden = ~layer.visible()
+    if terms is None:
+        centre = value_centre(layer, dtype)
+        centred = layer.prompt_values.to(dtype) - centre[:, None, :] if output else None
+    else:
+        centre, centred = terms.centre, terms.centred_values
+    prompt = torch.matmul(queries.reshape(g, r * m * t, d), layer.prompt_keys.to(dtype).transpose(1, 2))
+    logits = prompt.reshape(h, m, t, -1)
+    if layer.response_keys.shape[2] > 0:
+        own_queries = rearrange(queries, "(g r) m t d -> m g (r t) d", g=g)
+        own = torch.matmul(own_queries, layer.response_keys.to(dtype).transpose(2, 3))
+        logits = torch.cat([logits, rearrange(own, "m g (r t) s -> (g r) m t s", r=r)], dim=-1)
+    logits = logits.masked_fill_(hidden, float("-inf"))
+    weights = torch.softmax(logits, dim=-1).masked_fill_(hidden, 0.0)
     attention = CausalAttention(
-        weights=merge_heads(weights),
-        visible=visible,
+        weights=weights.transpose(0, 1),
+        visible=~hidden,
         prompt_length=layer.prompt_length,
-        logits=merge_heads(logits),
+        logits=logits.transpose(0, 1),
         layer=layer,
         centre=centre,
-        centred_values=layer.prompt_values.to(dtype) - centre[:, None, :] if output else None,
+        centred_values=centred if output else None,
         centred_output=None,
     )
     return replace(attention, centred_output=attention.combine(attention.weights)) if output else attention

@@ -9,7 +9,8 @@ it runs over the prefix that precedes the first query, so that a prompt window's
 their scores to the tokens before them.
 
 Memory: :meth:`Scorer.score` converts a layer to the compute dtype once (a float32 copy of a
-bf16 layer's keys and values, one layer at a time) and hands its queries to
+bf16 layer's keys and values, one layer at a time), forms what the scorer needs of the prompt
+alone once (:meth:`Scorer.prompt_terms`), and hands its queries to
 :meth:`Scorer.query_scores` in chunks of futures and queries holding at most
 :data:`SCORE_CHUNK` (query, query head, key) elements, combining the per-chunk reductions
 exactly (sums then one division by T for ``mean``, a running maximum for ``max``; the futures
@@ -23,7 +24,7 @@ with all n prompt queries (H2O), a whole reconstructed context (KVzip) or many f
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -90,11 +91,24 @@ class Scorer(ABC):
         self.config = config
         self.compile = compile
 
-    def _query_scores(self, layer: LayerCapture) -> torch.Tensor:
-        """:meth:`query_scores`, compiled when :attr:`compile` is set."""
+    def _query_scores(self, layer: LayerCapture, terms: Any = None) -> torch.Tensor:
+        """:meth:`query_scores`, compiled when :attr:`compile` is set; ``terms`` (the layer's
+        :meth:`prompt_terms`) is passed on when there are any."""
+        args = (layer,) if terms is None else (layer, terms)
         if self.compile:
-            return compiled(type(self).query_scores)(self, layer)
-        return self.query_scores(layer)
+            return compiled(type(self).query_scores)(self, *args)
+        return self.query_scores(*args)
+
+    def prompt_terms(self, layer: LayerCapture) -> Any:
+        """What :meth:`query_scores` needs of ``layer`` that does not depend on its queries
+        (None: nothing).
+
+        :meth:`score_layer` forms it once per layer and passes it to every chunk's
+        :meth:`query_scores` as a second argument: per-token terms over the whole prompt
+        (centred values, Gram norms) then cost one pass per layer instead of one per chunk.
+        A scorer that returns something here accepts it in :meth:`query_scores`.
+        """
+        return None
 
     @abstractmethod
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
@@ -126,10 +140,11 @@ class Scorer(ABC):
         """(M, G, n) the reduced scores of one layer, its futures and queries scored in chunks
         of at most :data:`SCORE_CHUNK` elements (see the module docstring)."""
         layer = layer.to(compute_dtype(layer))
+        terms = self.prompt_terms(layer)
         m, h, t, _ = layer.queries.shape
         rows = max(1, SCORE_CHUNK // (h * max(layer.num_keys, 1)))
         if m * t <= rows:
-            return self.reduce(self._query_scores(layer), layer)
+            return self.reduce(self._query_scores(layer, terms), layer)
         mean = self.config.query_reduction == "mean"
         futures, queries = max(1, rows // t), min(t, rows)
         parts = []
@@ -137,7 +152,7 @@ class Scorer(ABC):
             block = layer.future_slice(first, min(first + futures, m))
             total: torch.Tensor | None = None
             for start in range(0, t, queries):
-                scores = self._query_scores(block.query_slice(start, min(start + queries, t)))
+                scores = self._query_scores(block.query_slice(start, min(start + queries, t)), terms)
                 part = scores.sum(dim=2) if mean else scores.amax(dim=2)
                 if total is None:
                     total = part

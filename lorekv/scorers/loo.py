@@ -5,9 +5,16 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from einops import einsum, rearrange
+from einops import rearrange
 
-from lorekv.scorers.attention import CausalAttention, causal_attention, merge_heads, split_heads
+from lorekv.scorers import base
+from lorekv.scorers.attention import (
+    CausalAttention,
+    PromptTerms,
+    causal_attention,
+    compute_dtype,
+    value_centre,
+)
 from lorekv.scorers.base import SCORERS, Scorer, ScorerConfig
 from lorekv.trajectories import LayerCapture
 
@@ -65,11 +72,85 @@ class LOOScorer(Scorer):
 
     config: LOOConfig
 
-    def query_scores(self, layer: LayerCapture) -> torch.Tensor:
-        """(M, H, T, n) LOO deletion scores of the prompt tokens."""
-        attention = causal_attention(layer)
-        sq_dist = sq_distances(attention.centred_prompt_values(), attention.centred_output)
-        return deletion_scores(attention, sq_dist, layer)
+    def prompt_terms(self, layer: LayerCapture) -> PromptTerms:
+        """The centred values and their squared norms, once per layer (:func:`deletion_terms`)."""
+        return deletion_terms(layer)
+
+    def query_scores(self, layer: LayerCapture, terms: PromptTerms | None = None) -> torch.Tensor:
+        """(M, H, T, n) LOO deletion scores of the prompt tokens (``terms``: the layer's
+        :meth:`prompt_terms`, formed here when None)."""
+        terms = deletion_terms(layer) if terms is None else terms
+        attention = causal_attention(layer, terms=terms)
+        return deletion_scores(attention, expanded_sq_distances(terms, attention.centred_output), layer)
+
+
+def deletion_terms(layer: LayerCapture, gram: torch.Tensor | None = None) -> PromptTerms:
+    """The layer's :class:`PromptTerms` for a deletion scorer: centre, centred values and the
+    :func:`distance_terms` of the metric (``gram`` (H, d, d); None: the Euclidean one)."""
+    dtype = compute_dtype(layer)
+    return distance_terms(layer.prompt_values.to(dtype), value_centre(layer, dtype), gram)
+
+
+def distance_terms(
+    values: torch.Tensor, centre: torch.Tensor | None = None, gram: torch.Tensor | None = None
+) -> PromptTerms:
+    """Per-token terms of ||v_j - o||^2 in the metric M_h (G_h, or the identity), once per layer.
+
+    The expansion (u_j - p)^T M_h (u_j - p) = u_j^T M_h u_j - 2 u_j^T M_h p + p^T M_h p, with
+    u_j = v_j - c_g and p = o - c_g, is one inner product of two rows:
+
+        [u_j, u_j^T M_1 u_j, .., u_j^T M_k u_j, 1] . [-2 M_h p, e_h, p^T M_h p],
+
+    e_h selecting the query head's own metric among the k of its KV head (k = 1 for the
+    identity, the group size for G_h). The token rows, (G, n, d + k + 1), are formed here; the
+    query rows are small; :func:`expanded_sq_distances` then computes every (query, token)
+    distance of a KV head in a single GEMM, with no (M, H, T, n) intermediate for the three
+    terms. The sum is the same as the expansion's, accumulated in the GEMM.
+
+    Args:
+        values: (G, n, d) prompt values (centred already when ``centre`` is None).
+        centre: (G, d) c_g subtracted from them, or None.
+        gram: (H, d, d) symmetric G_h = W_o^hT W_o^h, or None (the Euclidean metric).
+
+    Returns:
+        :class:`PromptTerms` whose ``centred_values`` are the first d columns of ``augmented``.
+    """
+    g, n, d = values.shape
+    k = 1 if gram is None else gram.shape[0] // g
+    augmented = values.new_empty((g, n, d + k + 1))
+    centred = augmented[..., :d]
+    if centre is None:
+        centre = values.new_zeros((g, d))
+        centred.copy_(values)
+    else:
+        torch.sub(values, centre[:, None, :], out=centred)
+    if gram is None:
+        augmented[..., d] = torch.linalg.vecdot(centred, centred)
+    else:
+        augmented[..., d : d + k] = gram_norms(centred, rearrange(gram, "(g r) d e -> g r d e", g=g)).transpose(1, 2)
+    augmented[..., -1] = 1
+    return PromptTerms(centre=centre, centred_values=centred, augmented=augmented, gram=gram)
+
+
+def expanded_sq_distances(terms: PromptTerms, output: torch.Tensor) -> torch.Tensor:
+    """(M, H, T, n) (v_j - o)^T M_h (v_j - o) for every query and prompt token (may be slightly
+    negative from rounding), from the token rows of :func:`distance_terms` and the (M, H, T, d)
+    outputs o - c_g, as one GEMM per KV head; a view of a head-major (H, M, T, n) tensor."""
+    augmented = terms.augmented
+    g, n, width = augmented.shape
+    m, h, t, d = output.shape
+    r = h // g
+    torch._check(h == g * r)  # for torch.compile's symbolic shapes: the heads split evenly
+    centred = output.transpose(0, 1).reshape(g, r, m * t, d)
+    if terms.gram is None:
+        metric_output = centred
+        selector = centred.new_ones((g, r, m * t, 1))
+    else:
+        metric_output = torch.matmul(centred, rearrange(terms.gram, "(g r) d e -> g r d e", g=g))
+        selector = torch.eye(r, dtype=centred.dtype, device=centred.device)[None, :, None, :].expand(g, r, m * t, r)
+    output_sq = torch.linalg.vecdot(metric_output, centred).unsqueeze(-1)
+    rows = torch.cat([-2 * metric_output, selector, output_sq], dim=-1).reshape(g, r * m * t, width)
+    return torch.matmul(rows, augmented.transpose(1, 2)).reshape(h, m, t, n).transpose(0, 1)
 
 
 def sq_distances(prompt_values: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
@@ -79,7 +160,8 @@ def sq_distances(prompt_values: torch.Tensor, output: torch.Tensor) -> torch.Ten
     common vector c_g per KV head g (the same for the KV head's values and for the outputs of
     its query heads). Its rounding error grows with ||v_j||^2 + ||o||^2, not with the result:
     pass centred values and outputs (:meth:`CausalAttention.centred_prompt_values`,
-    :attr:`CausalAttention.centred_output`), as :class:`LOOScorer` does.
+    :attr:`CausalAttention.centred_output`), as :class:`LOOScorer` does (through
+    :func:`distance_terms` and :func:`expanded_sq_distances`, which this calls).
 
     Args:
         prompt_values: (G, n, d) values v_j (- c_g) of the prompt tokens.
@@ -88,11 +170,7 @@ def sq_distances(prompt_values: torch.Tensor, output: torch.Tensor) -> torch.Ten
     Returns:
         (M, H, T, n) ||v_j||^2 - 2 v_j . o + ||o||^2 (may be slightly negative from rounding).
     """
-    grouped = split_heads(output, prompt_values.shape[0])
-    value_sq = rearrange(einsum(prompt_values, prompt_values, "g n d, g n d -> g n"), "g n -> g 1 1 n")
-    cross = einsum(prompt_values, grouped, "g n d, m g r t d -> m g r t n")
-    output_sq = rearrange(einsum(grouped, grouped, "m g r t d, m g r t d -> m g r t"), "m g r t -> m g r t 1")
-    return merge_heads(value_sq - 2 * cross + output_sq)
+    return expanded_sq_distances(distance_terms(prompt_values), output)
 
 
 def deletion_scores(
@@ -111,12 +189,11 @@ def deletion_scores(
         (M, H, T, n) non-negative scores; 0 for invisible keys and for a query's only key.
     """
     weights = attention.prompt_weights
-    factor = weights / (1.0 - weights)
-    scores = factor * sq_distance.clamp_min(0.0).sqrt()
+    scores = sq_distance.clamp_min(0.0).sqrt() * weights / (1.0 - weights)
     if weights.shape[-1] == 0:
         return scores
     top, top_scores = dominant_scores(attention, layer, gram)
-    return scores.scatter(-1, rearrange(top, "m h t -> m h t 1"), rearrange(top_scores, "m h t -> m h t 1"))
+    return scores.scatter(-1, top.unsqueeze(-1), top_scores.unsqueeze(-1))
 
 
 def dominant_scores(
@@ -134,17 +211,50 @@ def dominant_scores(
             query sees.
     """
     g = layer.num_kv_heads
+    m, h, t, _ = attention.weights.shape
+    torch._check(h == g * layer.group_size)  # for torch.compile's symbolic shapes: the heads split evenly
     dtype = attention.weights.dtype
-    top = attention.prompt_weights.argmax(dim=-1, keepdim=True)  # (M, H, T, 1)
-    a_top = attention.prompt_weights.gather(-1, top).squeeze(-1)
-    others = torch.softmax(attention.logits.scatter(-1, top, -torch.inf), dim=-1)
-    has_other = rearrange(attention.visible.sum(dim=-1) > 1, "t -> 1 1 t")
-    o_minus = attention.combine(others.nan_to_num_(0.0))  # rows with no other key: 0/0, masked below
-    kv_head = rearrange(torch.arange(g, device=top.device), "g -> 1 g 1 1")
-    v_top = merge_heads(attention.centred_prompt_values().to(dtype)[kv_head, split_heads(top.squeeze(-1), g)])
-    diff = v_top - o_minus  # (M, H, T, d)
-    if gram is None:
-        sq = einsum(diff, diff, "m h t d, m h t d -> m h t")
-    else:
-        sq = einsum(diff, gram, diff, "m h t d, h d e, m h t e -> m h t")
-    return top.squeeze(-1), torch.where(has_other, a_top * sq.clamp_min(0.0).sqrt(), torch.zeros_like(a_top))
+    prompt_weights = attention.prompt_weights.transpose(0, 1)  # (H, M, T, n)
+    top = prompt_weights.argmax(dim=-1, keepdim=True)
+    a_top = prompt_weights.gather(-1, top).squeeze(-1)
+    others = torch.softmax(attention.logits.transpose(0, 1).scatter(-1, top, -torch.inf), dim=-1)
+    o_minus = attention.combine(others.nan_to_num_(0.0).transpose(0, 1)).transpose(0, 1)  # no other key: 0/0
+    values = attention.centred_prompt_values().to(dtype)
+    index = top.reshape(g, -1, 1).expand(-1, -1, values.shape[-1])
+    diff = (values.gather(1, index).reshape(o_minus.shape) - o_minus).reshape(h, m * t, -1)  # (H, M*T, d)
+    metric_diff = diff if gram is None else torch.matmul(diff, gram)
+    sq = torch.linalg.vecdot(metric_diff, diff).reshape(h, m, t)
+    has_other = attention.visible.sum(dim=-1) > 1
+    scores = torch.where(has_other, a_top * sq.clamp_min(0.0).sqrt(), torch.zeros_like(a_top))
+    return top.squeeze(-1).transpose(0, 1), scores.transpose(0, 1)
+
+
+def gram_norms(prompt_values: torch.Tensor, grouped_gram: torch.Tensor) -> torch.Tensor:
+    """(G, group, n) u_j^T G_h u_j for every query head h of each KV head and every prompt token.
+
+    G_h u_j, (H, n, d) at once (several times one layer's values), is formed over blocks of at
+    most :data:`~lorekv.scorers.base.SCORE_CHUNK` elements, never whole.
+
+    Args:
+        prompt_values: (G, n, d) u_j.
+        grouped_gram: (G, group, d, d) G_h for h = g * group + r.
+    """
+    g, r, d, _ = grouped_gram.shape
+    block = max(1, base.SCORE_CHUNK // (g * r * d))
+    if prompt_values.shape[1] <= block:
+        return _gram_norms(prompt_values, grouped_gram)
+    return _blocked_gram_norms(prompt_values, grouped_gram, block)
+
+
+def _gram_norms(prompt_values: torch.Tensor, grouped_gram: torch.Tensor) -> torch.Tensor:
+    values = prompt_values.unsqueeze(1)  # (G, 1, n, d); G_h symmetric: (G_h u)^T = u^T G_h
+    return torch.linalg.vecdot(torch.matmul(values, grouped_gram), values)
+
+
+@torch.compiler.disable  # a loop over n: compiled, it would specialise on the prompt length
+def _blocked_gram_norms(prompt_values: torch.Tensor, grouped_gram: torch.Tensor, block: int) -> torch.Tensor:
+    n = prompt_values.shape[1]
+    out = prompt_values.new_empty(*grouped_gram.shape[:2], n)
+    for start in range(0, n, block):
+        out[..., start : start + block] = _gram_norms(prompt_values[:, start : start + block], grouped_gram)
+    return out

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from einops import einsum, rearrange
+from einops import rearrange
 
-from lorekv.scorers import base
-from lorekv.scorers.attention import causal_attention, merge_heads, split_heads
+from lorekv.scorers.attention import PromptTerms, causal_attention, compute_dtype
 from lorekv.scorers.base import SCORERS, Scorer
-from lorekv.scorers.loo import DeletionConfig, deletion_scores
+from lorekv.scorers.loo import DeletionConfig, deletion_scores, deletion_terms, distance_terms, expanded_sq_distances
 from lorekv.trajectories import LayerCapture
 
 
@@ -40,8 +39,10 @@ class ProjectedLOOScorer(Scorer):
     result, so values sharing a component 100x their spread (a v_proj bias, large activations)
     lose about 4 of float32's 7 digits without it.
 
-    u_j^T G_h u_j and G_h u_j are per token and computed once per head; per query the cost is
-    one n x d product, the order of attention itself. No D-dimensional vector is formed per
+    G_h and u_j^T G_h u_j do not depend on the queries and are computed once per layer
+    (:meth:`prompt_terms`), not once per chunk of queries; per query the cost is one n x d
+    product, the order of attention itself, and the three terms come out of one GEMM per KV
+    head (:func:`~lorekv.scorers.loo.distance_terms`). No D-dimensional vector is formed per
     (query, token) pair. As for LOO, each query's most attended prompt token j* (the only one
     whose factor a_j / (1 - a_j) can exceed 1) is scored in the stable form
     a_j* ||W_o^h (v_j* - o_{-j*})|| with o_{-j*} summed from the other tokens, which stays
@@ -51,18 +52,24 @@ class ProjectedLOOScorer(Scorer):
 
     config: ProjectedLOOConfig
 
-    def query_scores(self, layer: LayerCapture) -> torch.Tensor:
-        """(M, H, T, n) projected LOO deletion scores of the prompt tokens."""
-        attention = causal_attention(layer)
-        gram = gram_matrices(layer.o_proj.to(attention.centre.dtype), layer.num_heads)
-        sq_dist = projected_sq_distances(attention.centred_prompt_values(), attention.centred_output, gram)
-        return deletion_scores(attention, sq_dist, layer, gram)
+    def prompt_terms(self, layer: LayerCapture) -> PromptTerms:
+        """The Gram matrices, the centred values and u_j^T G_h u_j, once per layer
+        (:func:`~lorekv.scorers.loo.deletion_terms`)."""
+        return deletion_terms(layer, gram_matrices(layer.o_proj.to(compute_dtype(layer)), layer.num_heads))
+
+    def query_scores(self, layer: LayerCapture, terms: PromptTerms | None = None) -> torch.Tensor:
+        """(M, H, T, n) projected LOO deletion scores of the prompt tokens (``terms``: the
+        layer's :meth:`prompt_terms`, formed here when None)."""
+        terms = self.prompt_terms(layer) if terms is None else terms
+        attention = causal_attention(layer, terms=terms)
+        sq_dist = expanded_sq_distances(terms, attention.centred_output)
+        return deletion_scores(attention, sq_dist, layer, terms.gram)
 
 
 def gram_matrices(o_proj: torch.Tensor, num_heads: int) -> torch.Tensor:
     """(H, d, d) G_h = W_o^hT W_o^h from the (D, H*d) output projection."""
     per_head = rearrange(o_proj, "D (h d) -> h D d", h=num_heads)
-    return einsum(per_head, per_head, "h D d, h D e -> h d e")
+    return torch.matmul(per_head.transpose(1, 2), per_head)
 
 
 def projected_sq_distances(prompt_values: torch.Tensor, output: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
@@ -72,7 +79,9 @@ def projected_sq_distances(prompt_values: torch.Tensor, output: torch.Tensor, gr
     common vector c_g per KV head g (the same for the KV head's values and for the outputs of
     its query heads). Its rounding error grows with ||W_o^h v_j||^2 + ||W_o^h o||^2, not with
     the result: pass centred values and outputs (:meth:`CausalAttention.centred_prompt_values`,
-    :attr:`CausalAttention.centred_output`), as :class:`ProjectedLOOScorer` does.
+    :attr:`CausalAttention.centred_output`), as :class:`ProjectedLOOScorer` does (through
+    :func:`~lorekv.scorers.loo.distance_terms` and
+    :func:`~lorekv.scorers.loo.expanded_sq_distances`, which this calls).
 
     Args:
         prompt_values: (G, n, d) values v_j (- c_g) of the prompt tokens.
@@ -82,45 +91,4 @@ def projected_sq_distances(prompt_values: torch.Tensor, output: torch.Tensor, gr
     Returns:
         (M, H, T, n) v_j^T G v_j - 2 v_j^T G o + o^T G o (may be slightly negative from rounding).
     """
-    num_kv_heads = prompt_values.shape[0]
-    grouped_gram = rearrange(gram, "(g r) d e -> g r d e", g=num_kv_heads)
-    grouped_output = split_heads(output, num_kv_heads)
-
-    gram_output = einsum(grouped_gram, grouped_output, "g r d e, m g r t e -> m g r t d")
-    cross = einsum(prompt_values, gram_output, "g n d, m g r t d -> m g r t n")
-    output_sq = einsum(gram_output, grouped_output, "m g r t d, m g r t d -> m g r t")
-
-    value_sq = rearrange(gram_norms(prompt_values, grouped_gram), "g r n -> 1 g r 1 n")
-    output_sq = rearrange(output_sq, "m g r t -> m g r t 1")
-    return merge_heads(value_sq - 2 * cross + output_sq)
-
-
-def gram_norms(prompt_values: torch.Tensor, grouped_gram: torch.Tensor) -> torch.Tensor:
-    """(G, group, n) u_j^T G_h u_j for every query head h of each KV head and every prompt token.
-
-    G_h u_j, (H, n, d) at once (several times one layer's values), is formed over blocks of at
-    most :data:`~lorekv.scorers.base.SCORE_CHUNK` elements, never whole.
-
-    Args:
-        prompt_values: (G, n, d) u_j.
-        grouped_gram: (G, group, d, d) G_h for h = g * group + r.
-    """
-    g, r, d, _ = grouped_gram.shape
-    block = max(1, base.SCORE_CHUNK // (g * r * d))
-    if prompt_values.shape[1] <= block:
-        return _gram_norms(prompt_values, grouped_gram)
-    return _blocked_gram_norms(prompt_values, grouped_gram, block)
-
-
-def _gram_norms(prompt_values: torch.Tensor, grouped_gram: torch.Tensor) -> torch.Tensor:
-    gram_values = einsum(grouped_gram, prompt_values, "g r d e, g n e -> g r n d")
-    return einsum(gram_values, prompt_values, "g r n d, g n d -> g r n")
-
-
-@torch.compiler.disable  # a loop over n: compiled, it would specialise on the prompt length
-def _blocked_gram_norms(prompt_values: torch.Tensor, grouped_gram: torch.Tensor, block: int) -> torch.Tensor:
-    n = prompt_values.shape[1]
-    out = prompt_values.new_empty(*grouped_gram.shape[:2], n)
-    for start in range(0, n, block):
-        out[..., start : start + block] = _gram_norms(prompt_values[:, start : start + block], grouped_gram)
-    return out
+    return expanded_sq_distances(distance_terms(prompt_values, gram=gram), output)

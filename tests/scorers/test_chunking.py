@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from strategies import CaptureDims, make_capture, make_trajectories
 
 import lorekv.scorers.base as scorer_base
+import lorekv.scorers.loo as loo
 from lorekv.scorers import SCORERS
 from lorekv.trajectories import LayerCapture
 
@@ -85,11 +86,11 @@ def test_query_scores_never_sees_more_than_a_chunk(name: str, rows: int, expecte
     seen: list[tuple[int, int]] = []
     original = scorer.query_scores
 
-    def spy(part: LayerCapture) -> torch.Tensor:
+    def spy(part: LayerCapture, *terms: object) -> torch.Tensor:
         seen.append((part.num_futures, part.queries.shape[2]))
         assert part.visible().shape[0] == part.queries.shape[2]
         assert part.response_keys.shape[0] == part.num_futures
-        return original(part)
+        return original(part, *terms)
 
     monkeypatch.setattr(scorer, "query_scores", spy)
     scorer.score(make_trajectories((layer,)))
@@ -136,3 +137,32 @@ def test_visible_spans_shape_is_checked() -> None:
     layer = capture(6)
     with pytest.raises(ValueError, match="visible_spans"):
         replace(layer, visible_spans=torch.zeros(3, 1, 2, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", ["loo", "projected_loo"])
+def test_prompt_terms_are_formed_once_per_layer_whatever_the_chunks(name: str, monkeypatch) -> None:
+    """The per-token terms over the whole prompt (centred values, their norms, Gram norms) are
+    formed once per layer and shared by its chunks: forming them per chunk multiplies the
+    scoring's largest products and its kernels by the chunk count."""
+    layers = (capture(3, queries=10), capture(4, queries=10))
+    monkeypatch.setattr(scorer_base, "SCORE_CHUNK", rows_chunk(layers[0], 4))  # 6 chunks a layer
+    formed: list[int] = []
+    original = loo.distance_terms
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        formed.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(loo, "distance_terms", counting)
+    chunks: list[int] = []
+    scorer = SCORERS.build({"name": name})
+    query_scores = scorer.query_scores
+
+    def spy(part: LayerCapture, *terms: object) -> torch.Tensor:
+        chunks.append(len(terms))
+        return query_scores(part, *terms)
+
+    monkeypatch.setattr(scorer, "query_scores", spy)
+    scorer.score(make_trajectories(layers))
+    assert len(chunks) == 12 and all(chunks), "every chunk is handed its layer's terms"
+    assert len(formed) == 2, f"prompt terms formed {len(formed)} times for 2 layers"
