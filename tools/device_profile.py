@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 from typing import Any
 
 import torch
@@ -63,13 +64,29 @@ def main() -> None:
     print(f"compression {wall:.3f} s; phases (s): {phases}")
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, with_stack=True) as prof:
         compress()
     events = prof.key_averages()
     key = "self_device_time_total" if gpu else "self_cpu_time_total"
     print(events.table(sort_by=key, row_limit=args.top, max_name_column_width=60))
     counts = {e.key: e.count for e in events if e.key in SYNC_EVENTS or "Memcpy DtoH" in e.key}
     print("host synchronisations and device-to-host copies in one compression:", counts or "none")
+    print("where the host reads a device value (aten::_local_scalar_dense), innermost caller first:")
+    for chain, count in read_sites(prof.events()).most_common():
+        print(f"  {count:>5} x  {chain}")
+
+
+def read_sites(events: Any) -> Counter[str]:
+    """Each host read's chain of enclosing operators and Python frames (``with_stack``), five deep."""
+    sites: Counter[str] = Counter()
+    for event in events:
+        if event.name == "aten::_local_scalar_dense":
+            chain, parent = [], event.cpu_parent
+            while parent is not None and len(chain) < 5:
+                chain.append(parent.name)
+                parent = parent.cpu_parent
+            sites[" <- ".join(chain) or "-"] += 1
+    return sites
 
 
 if __name__ == "__main__":
