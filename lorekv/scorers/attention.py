@@ -152,13 +152,6 @@ class CausalAttention:
         return self.visible.sum(dim=-1) == 1
 
 
-def prompt_terms(layer: LayerCapture) -> PromptTerms:
-    """The centre and centred values of ``layer``'s prompt in :func:`compute_dtype` (see :class:`PromptTerms`)."""
-    dtype = compute_dtype(layer)
-    centre = value_centre(layer, dtype)
-    return PromptTerms(centre=centre, centred_values=layer.prompt_values.to(dtype) - centre[:, None, :])
-
-
 def causal_attention(layer: LayerCapture, *, output: bool = True, terms: PromptTerms | None = None) -> CausalAttention:
     """Recompute the layer's causal attention in :func:`compute_dtype`.
 

@@ -79,7 +79,7 @@ class LOOScorer(Scorer):
     def query_scores(self, layer: LayerCapture, terms: PromptTerms | None = None) -> torch.Tensor:
         """(M, H, T, n) LOO deletion scores of the prompt tokens (``terms``: the layer's
         :meth:`prompt_terms`, formed here when None)."""
-        terms = deletion_terms(layer) if terms is None else terms
+        terms = self.prompt_terms(layer) if terms is None else terms
         attention = causal_attention(layer, terms=terms)
         return deletion_scores(attention, expanded_sq_distances(terms, attention.centred_output), layer)
 
