@@ -14,11 +14,17 @@ The weights file's SHA-256 is written with the cache and checked on every load (
 for SmolLM2): a truncated, deleted or overwritten cache is rebuilt from the GGUF with a
 one-line notice instead of loading NaNs or failing with a safetensors traceback. Temporary
 directories left by an interrupted first load are removed on the next one.
+
+Processes that load one bundled model at once (the shards of an evaluation grid started together
+on a fresh machine) take turns through an exclusive lock beside the cache: the first builds it,
+the others wait and read it, instead of each rebuilding it under the others' feet.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -26,6 +32,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -147,6 +154,18 @@ def _remove_stale_temporaries(target: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _building(target: Path) -> Iterator[None]:
+    """Hold the exclusive lock on ``target``'s cache while it is checked, built and read."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def load_bundled(
     bundled: BundledModel, dtype: torch.dtype = torch.float32
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -156,16 +175,17 @@ def load_bundled(
             f"install it with: {bundled.install}"
         )
     root = cache_root()
-    gguf = bundled.locate(root / "gguf")
-    key = _gguf_key(gguf)
     target = root / bundled.name
-    _remove_stale_temporaries(target)
-    model, tokenizer = _read_cache(target, key, dtype)
-    if model is None:
-        dequantised, tokenizer = _load_gguf(gguf, torch.float32)
-        _write_cache(target, dequantised, tokenizer, key)
-        model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
-    elif tokenizer is None:
+    with _building(target):
+        gguf = bundled.locate(root / "gguf")  # Gemma 3's is assembled from its parts on first use
+        key = _gguf_key(gguf)
+        _remove_stale_temporaries(target)
+        model, tokenizer = _read_cache(target, key, dtype)
+        if model is None:
+            dequantised, tokenizer = _load_gguf(gguf, torch.float32)
+            _write_cache(target, dequantised, tokenizer, key)
+            model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
+    if tokenizer is None:
         _require_gguf()
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     return model.eval(), tokenizer

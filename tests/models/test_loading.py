@@ -7,6 +7,8 @@ the test, so the cache logic runs in milliseconds on its real files.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import pytest
 import torch
@@ -90,7 +92,39 @@ def test_temporaries_of_an_interrupted_first_load_are_removed(bundled) -> None:
     (stale / "model.safetensors").write_bytes(b"half")
     loading.load_bundled(model)
     assert not stale.exists()
-    assert sorted(p.name for p in target.parent.iterdir()) == ["tiny"]
+    assert sorted(p.name for p in target.parent.iterdir()) == [".tiny.lock", "tiny"]
+
+
+def test_loads_at_once_build_the_cache_once(bundled, monkeypatch) -> None:
+    """Two first loads started together (a grid's shards on a fresh machine): one builds the cache,
+    the other waits for it and reads it, and both get the same weights."""
+    model, calls, _ = bundled
+    slow_build = loading._load_gguf
+
+    def slow(path, dtype):
+        time.sleep(0.3)  # wide enough for the other load to reach the cache unlocked
+        return slow_build(path, dtype)
+
+    monkeypatch.setattr(loading, "_load_gguf", slow)
+    start = threading.Barrier(2)
+    loaded: list[torch.Tensor] = []
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        start.wait()
+        try:
+            loaded.append(weights_of(loading.load_bundled(model)[0]))
+        except BaseException as error:  # reported below: a thread's exception is otherwise lost
+            errors.append(error)
+
+    threads = [threading.Thread(target=load) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(calls) == 1, "the second load read the first one's cache"
+    assert torch.equal(loaded[0], loaded[1])
 
 
 def test_a_cache_without_a_checksum_is_rebuilt_once(bundled, caplog) -> None:
