@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -34,13 +35,53 @@ def _check_temperature(temperature: float) -> None:
     check_in_range("temperature", temperature, 0.0, math.inf, low_open=True, high_open=True)
 
 
+def _check_draws(draws: str) -> None:
+    if draws not in ("independent", "stratified"):
+        raise ValueError(f"draws must be 'independent' or 'stratified', got {draws!r}")
+
+
 def _scaled_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """(M, V) float32 softmax(logits / temperature)."""
     return torch.softmax(logits.float() / temperature, dim=-1)
 
 
-def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+Draws = Literal["independent", "stratified"]
+"""How the M futures' draws relate: independently, or stratified (:func:`stratified_uniforms`)."""
+
+
+def stratified_uniforms(m: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """(M,) float32 uniforms, one in each stratum [j/M, (j+1)/M), the strata dealt to the rows
+    by a random permutation.
+
+    Each row's uniform is marginally U(0, 1), so a token drawn from it by the inverse CDF is an
+    exact draw from its distribution; together the M rows cover [0, 1) evenly. Fresh at every
+    decoding step, this is Latin hypercube sampling over the T steps (McKay, Beckman and Conover,
+    1979): each future is an exact sample from the model, so the mean over futures stays
+    unbiased, while the M futures of one prompt spread over the first token's distribution
+    instead of clustering on its mode, which lowers the estimate's variance across seeds.
+    """
+    strata = torch.randperm(m, generator=generator, device=device).float()
+    jitter = torch.rand(m, generator=generator, device=device)
+    return (strata + jitter) / m
+
+
+def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """(M,) long: row m's token is the one whose slice of [0, 1) holds ``uniforms[m]`` when the
+    row's (unnormalised, non-negative) probabilities ``probs`` (M, V) are laid out from the most
+    to the least likely (ties in index order). A token of probability 0 is never chosen, even
+    where rounding puts a uniform at the top of the cumulative sum."""
+    ranked, order = probs.float().sort(dim=-1, descending=True, stable=True)
+    cdf = ranked.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    target = torch.minimum(uniforms.float().unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
+    rank = torch.searchsorted(cdf, target, right=True)
+    return order.gather(-1, rank).squeeze(-1)
+
+
+def _draw(probs: torch.Tensor, generator: torch.Generator | None, draws: Draws = "independent") -> torch.Tensor:
     """(M,) one id per row of the (M, V) probabilities ``probs``."""
+    if draws == "stratified":
+        return inverse_cdf(probs, stratified_uniforms(probs.shape[0], generator, probs.device))
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
@@ -53,44 +94,57 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def temperature(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+def temperature(
+    logits: torch.Tensor, temperature: float, generator: torch.Generator | None, draws: Draws = "independent"
+) -> torch.Tensor:
     """(M,) long: one draw per row from softmax(logits / temperature), logits (M, V).
 
     This is the model's own sampling distribution at ``temperature`` 1, which is what makes
     the mean over futures a plain Monte Carlo estimate of the expected future importance.
+    ``draws="stratified"`` draws the rows from :func:`stratified_uniforms` (each row still an
+    exact draw) instead of independently.
 
     Raises:
-        ValueError: ``temperature`` not a finite number > 0, or ``logits`` not (M, V >= 1).
+        ValueError: ``temperature`` not a finite number > 0, ``draws`` not one of
+            ``independent``/``stratified``, or ``logits`` not (M, V >= 1).
     """
     _check_temperature(temperature)
+    _check_draws(draws)
     _check_logits(logits)
-    return _draw(_scaled_probs(logits, temperature), generator)
+    return _draw(_scaled_probs(logits, temperature), generator, draws)
 
 
-def nucleus(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+def nucleus(
+    logits: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator | None,
+    draws: Draws = "independent",
+) -> torch.Tensor:
     """(M,) long: top-p (nucleus) sampling from softmax(logits / temperature), logits (M, V).
 
     Per row, the nucleus is the smallest set of most likely tokens whose total probability
     is at least ``top_p``; the most likely token is always in it (ties are broken towards the
     lower index). Its probabilities are renormalised and one token is drawn. ``top_p == 1``
     takes exactly the path of :func:`temperature`, so with the same generator state both
-    return the same ids.
+    return the same ids; ``draws`` is as in :func:`temperature`.
 
     Raises:
-        ValueError: ``temperature`` not a finite number > 0, ``top_p`` outside (0, 1], or
-            ``logits`` not (M, V >= 1).
+        ValueError: ``temperature`` not a finite number > 0, ``top_p`` outside (0, 1],
+            ``draws`` not one of ``independent``/``stratified``, or ``logits`` not (M, V >= 1).
     """
     _check_temperature(temperature)
     check_in_range("top_p", top_p, 0.0, 1.0, low_open=True)
+    _check_draws(draws)
     _check_logits(logits)
     probs = _scaled_probs(logits, temperature)
     if top_p >= 1.0:
-        return _draw(probs, generator)
+        return _draw(probs, generator, draws)
     sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
     mass_before = F.pad(sorted_probs.cumsum(dim=-1)[:, :-1], (1, 0))
     keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, mass_before < top_p)
     kept = probs.masked_fill(~keep, 0.0)
-    return _draw(kept / kept.sum(dim=-1, keepdim=True), generator)
+    return _draw(kept / kept.sum(dim=-1, keepdim=True), generator, draws)
 
 
 def token_stats(

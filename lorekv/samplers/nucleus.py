@@ -34,4 +34,5 @@ class NucleusSampler(TemperatureSampler):
     config: NucleusConfig
 
     def rule(self, generator: torch.Generator) -> TokenRule:
-        return lambda logits: token_rules.nucleus(logits, self.config.temperature, self.config.top_p, generator)
+        cfg = self.config
+        return lambda logits: token_rules.nucleus(logits, cfg.temperature, cfg.top_p, generator, cfg.draws)

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from lorekv import token_rules
 from lorekv.samplers.base import SAMPLERS, BatchRollout, Rollout, Sampler, SamplerConfig, check_futures
-from lorekv.token_rules import TokenRule
+from lorekv.token_rules import Draws, TokenRule
 from lorekv.trajectories import Trajectories
 
 
@@ -23,6 +23,12 @@ class TemperatureConfig(SamplerConfig):
             own distribution and the mean aggregator is a plain Monte Carlo estimate.
         seed: seeds the rollout's generator afresh on every :meth:`TemperatureSampler.sample`
             call, so the same prompt and config give the same futures.
+        draws: ``independent`` (the paper's) or ``stratified``: at each step the M futures'
+            tokens come from M uniforms one per stratum [j/M, (j+1)/M) of the likelihood-ranked
+            distribution (Latin hypercube sampling over the steps,
+            :func:`~lorekv.token_rules.stratified_uniforms`). Each future is still an exact draw,
+            so the mean stays unbiased; the futures spread over the first token's distribution
+            instead of repeating its mode, a variance reduction across seeds.
     """
 
     name: Literal["temperature"] = "temperature"
@@ -30,6 +36,7 @@ class TemperatureConfig(SamplerConfig):
     num_tokens: int = Field(default=8, ge=1, strict=True)
     temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     seed: int = Field(default=0, strict=True)
+    draws: Draws = "independent"
 
 
 @SAMPLERS.register(TemperatureConfig)
@@ -40,7 +47,8 @@ class TemperatureSampler(Sampler):
 
     def rule(self, generator: torch.Generator) -> TokenRule:
         """The token rule, drawing from ``generator``."""
-        return lambda logits: token_rules.temperature(logits, self.config.temperature, generator)
+        cfg = self.config
+        return lambda logits: token_rules.temperature(logits, cfg.temperature, generator, cfg.draws)
 
     def future_positions(self, prompt_ids: torch.Tensor, tokenizer: Any | None) -> int:
         return self.config.num_tokens

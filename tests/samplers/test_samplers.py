@@ -182,6 +182,102 @@ def test_nucleus_is_smallest_set_reaching_top_p(top_p: float, size: int) -> None
     assert set(ids.unique().tolist()) == set([1, 3, 0, 2][:size])
 
 
+# ----------------------------------------------------------------------------- stratified draws
+
+
+@SETTINGS
+@given(m=st.integers(1, 16), seed=st.integers(0, 2**31 - 1))
+def test_stratified_uniforms_put_one_in_each_stratum(m: int, seed: int) -> None:
+    u = token_rules.stratified_uniforms(m, gen(seed), torch.device("cpu"))
+    assert u.shape == (m,) and bool(((u >= 0) & (u <= 1)).all())
+    strata = (u.double() * m).floor().clamp(max=m - 1).long()
+    assert sorted(strata.tolist()) == list(range(m))
+
+
+def test_stratified_uniforms_deal_each_stratum_to_every_row_alike() -> None:
+    """Marginally uniform: over 2,000 seeds each row lands in each of M = 4 strata about equally."""
+    m, n = 4, 2000
+    counts = torch.zeros(m, m)
+    for seed in range(n):
+        strata = (token_rules.stratified_uniforms(m, gen(seed), torch.device("cpu")) * m).long().clamp(max=m - 1)
+        counts[torch.arange(m), strata] += 1
+    assert ((counts / n - 1 / m).abs() < 0.04).all(), counts
+
+
+def brute_inverse_cdf(probs: list[float], u: float) -> int:
+    """The token whose slice of [0, total) holds u * total, tokens from most to least likely, ties by index."""
+    order = sorted(range(len(probs)), key=lambda i: (-probs[i], i))
+    total, below = math.fsum(probs), 0.0
+    for i in order:
+        if probs[i] > 0 and below <= u * total < below + probs[i]:
+            return i
+        below += probs[i]
+    return max((i for i in order if probs[i] > 0), key=order.index)  # u * total rounded to the top
+
+
+@SETTINGS
+@given(
+    probs=st.lists(st.sampled_from([0.0, 0.0625, 0.125, 0.25, 0.5, 1.0]), min_size=1, max_size=12).filter(any),
+    u=st.floats(0.0, 1.0, exclude_max=True),
+)
+def test_inverse_cdf_equals_brute_force(probs: list[float], u: float) -> None:
+    """Dyadic probabilities sum exactly in float32, so the slice boundaries are exact."""
+    got = token_rules.inverse_cdf(torch.tensor([probs]), torch.tensor([u]))
+    assert got.tolist() == [brute_inverse_cdf(probs, float(torch.tensor(u, dtype=torch.float32)))]
+
+
+def test_inverse_cdf_never_draws_a_zero_probability_token_at_the_top() -> None:
+    probs = torch.tensor([[0.0, 0.3, 0.0, 0.7, 0.0]])
+    top = torch.nextafter(torch.tensor([1.0]), torch.tensor([0.0]))
+    for u in (top, torch.tensor([1.0]), torch.tensor([0.0])):
+        assert token_rules.inverse_cdf(probs, u).item() in (1, 3)
+    assert token_rules.inverse_cdf(probs, top).item() == 1  # the least likely token with mass
+
+
+@SETTINGS
+@given(case=logit_cases, m=st.integers(1, 12), temperature=st.floats(0.3, 3.0), seed=st.integers(0, 2**31 - 1))
+def test_stratified_draws_cover_the_distribution(
+    case: tuple[int, int, int, float], m: int, temperature: float, seed: int
+) -> None:
+    """M rows of one distribution: each token is drawn within one of M times its probability.
+
+    A token's slice of [0, 1) of width p meets between floor(pM) - 1 and ceil(pM) + 1 of the M
+    strata, one draw each; independent draws leave a likely token out or repeat an unlikely one.
+    """
+    logits = random_logits(*case)[:1].expand(m, -1)
+    ids = token_rules.temperature(logits, temperature, gen(seed), "stratified")
+    p = torch.softmax(logits[0].double() / temperature, dim=-1)
+    counts = torch.bincount(ids, minlength=logits.shape[1]).double()
+    tol = 1e-4  # float32 softmax and cumulative sum against float64
+    assert bool((counts >= (p * m - tol).floor() - 1).all()) and bool((counts <= (p * m + tol).ceil() + 1).all())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_stratified_draws_are_exact_draws_row_by_row(temperature: float) -> None:
+    """Each row's token frequency over many seeds is the softmax, as for independent draws."""
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]]).expand(3, -1)
+    n = 6000
+    ids = torch.stack([token_rules.temperature(logits, temperature, gen(s), "stratified") for s in range(n)])
+    expected = torch.softmax(logits[0].double() / temperature, dim=-1)
+    for row in range(3):
+        freq = torch.bincount(ids[:, row], minlength=5).double() / n
+        assert torch.allclose(freq, expected, atol=0.02), (row, freq, expected)
+
+
+def test_stratified_nucleus_stays_in_the_nucleus() -> None:
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log().expand(8, -1)
+    for seed in range(50):
+        assert set(token_rules.nucleus(logits, 1.0, 0.75, gen(seed), "stratified").tolist()) <= {0, 1}
+
+
+def test_rules_reject_unknown_draws() -> None:
+    logits = random_logits(0, 2, 5, 1.0)
+    with pytest.raises(ValueError, match="draws"):
+        token_rules.temperature(logits, 1.0, gen(0), "antithetic")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="draws"):
+        token_rules.nucleus(logits, 1.0, 0.9, gen(0), "antithetic")  # type: ignore[arg-type]
+
+
 def test_low_precision_logits_are_sampled_in_float32() -> None:
     logits = random_logits(5, 3, 40, 3.0)
     for dtype in (torch.bfloat16, torch.float16):
@@ -357,6 +453,16 @@ def test_sampler_rules_match_token_rules() -> None:
     plain = TemperatureSampler(TemperatureConfig(**cfg)).sample(FakeRollout())
     assert torch.equal(full.token_ids, plain.token_ids)
 
+    for draws in ("independent", "stratified"):
+        full = NucleusSampler(NucleusConfig(**cfg, top_p=1.0, draws=draws)).sample(FakeRollout())
+        rollout = FakeRollout()
+        plain = TemperatureSampler(TemperatureConfig(**cfg, draws=draws)).sample(rollout)
+        assert torch.equal(full.token_ids, plain.token_ids)
+        g = gen(7)
+        expected = torch.stack([token_rules.temperature(x, 1.3, g, draws) for x in rollout.logits_seen], dim=1)
+        assert torch.equal(plain.token_ids, expected)
+    assert TemperatureConfig().draws == "independent"
+
 
 def test_prompt_window_sampler() -> None:
     sampler = PromptWindowSampler(PromptWindowConfig(window=3))
@@ -414,6 +520,8 @@ def test_samplers_reject_short_rollouts() -> None:
         ({"name": "oracle", "token_ids": [[1, -1]]}, "token_ids"),
         ({"name": "oracle"}, "token_ids"),
         ({"name": "greedy", "num_futures": 2}, "num_futures"),
+        ({"name": "temperature", "draws": "antithetic"}, "draws"),
+        ({"name": "nucleus", "draws": 1}, "draws"),
     ],
 )
 def test_invalid_configs_name_the_parameter(spec: dict, field: str) -> None:
