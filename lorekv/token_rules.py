@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -35,18 +35,18 @@ def _check_temperature(temperature: float) -> None:
     check_in_range("temperature", temperature, 0.0, math.inf, low_open=True, high_open=True)
 
 
+Draws = Literal["independent", "stratified"]
+"""How the M futures' draws relate: independently, or stratified (:func:`stratified_uniforms`)."""
+
+
 def _check_draws(draws: str) -> None:
-    if draws not in ("independent", "stratified"):
-        raise ValueError(f"draws must be 'independent' or 'stratified', got {draws!r}")
+    if draws not in get_args(Draws):
+        raise ValueError(f"draws must be one of {', '.join(get_args(Draws))}, got {draws!r}")
 
 
 def _scaled_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """(M, V) float32 softmax(logits / temperature)."""
     return torch.softmax(logits.float() / temperature, dim=-1)
-
-
-Draws = Literal["independent", "stratified"]
-"""How the M futures' draws relate: independently, or stratified (:func:`stratified_uniforms`)."""
 
 
 def stratified_uniforms(m: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
