@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lorekv-installed
 
-.PHONY: setup demo test test-fast docs clean gpu-check
+.PHONY: setup demo test test-fast lint docs clean gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not integration"
+
+# ruff comes with the test extra; the rules and line length are in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The documented way to build the site: into site/, failing on any warning.
 docs: $(STAMP)
