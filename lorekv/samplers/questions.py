@@ -46,7 +46,7 @@ from lorekv.samplers.base import (
     encode,
     required_tokenizer,
 )
-from lorekv.token_rules import TokenRule
+from lorekv.token_rules import Draws, TokenRule
 from lorekv.trajectories import Drawn, Fed, Trajectories
 
 Side = Literal["answer", "question", "both"]
@@ -62,6 +62,8 @@ class QuestionsConfig(SamplerConfig):
         temperature: softmax temperature of the draws (finite, > 0; 1: the model's own).
         top_p: nucleus mass of the draws in (0, 1]; 1 (default) is plain temperature sampling.
         seed: seeds the draws afresh on every call: same prompt and config, same futures.
+        draws: ``independent`` (default) or ``stratified`` across the M futures at each step,
+            as the ``temperature`` sampler's ``draws``.
         queries: which queries are scored: ``"answer"`` (default), ``"question"`` or ``"both"``.
         instruction: text fed right after the context, asking for a question and its answer.
         suffix: text between the instruction and the question; None (default): the tokenizer's
@@ -80,6 +82,7 @@ class QuestionsConfig(SamplerConfig):
     temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     seed: int = Field(default=0, strict=True)
+    draws: Draws = "independent"
     queries: Side = "answer"
     instruction: str = "\n\nAsk one short question about a specific detail of the text above, then answer it."
     suffix: str | None = None
@@ -105,8 +108,8 @@ class QuestionsSampler(Sampler):
         """Temperature (``top_p`` 1) or nucleus sampling, drawing from ``generator``."""
         cfg = self.config
         if cfg.top_p == 1.0:
-            return lambda logits: token_rules.temperature(logits, cfg.temperature, generator)
-        return lambda logits: token_rules.nucleus(logits, cfg.temperature, cfg.top_p, generator)
+            return lambda logits: token_rules.temperature(logits, cfg.temperature, generator, cfg.draws)
+        return lambda logits: token_rules.nucleus(logits, cfg.temperature, cfg.top_p, generator, cfg.draws)
 
     def future_positions(self, prompt_ids: torch.Tensor, tokenizer: Any | None) -> int:
         """k + T_q + c + T_a: the fed text and the drawn tokens."""

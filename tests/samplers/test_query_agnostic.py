@@ -9,6 +9,8 @@ configs fail at construction with the parameter named.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 from recording import reference
@@ -65,6 +67,7 @@ def agnostic(sampler_spec: dict, budget: int) -> Pipeline:
         ({"name": "questions", "queries": "middle"}, "queries", "'answer', 'question' or 'both'"),
         ({"name": "questions", "instruction": 3}, "instruction", "string"),
         ({"name": "questions", "seed": 1.5}, "seed", "integer"),
+        ({"name": "questions", "draws": "antithetic"}, "draws", "'independent' or 'stratified'"),
         ({"name": "partial_kvzip", "fraction": 0.0}, "fraction", "greater than 0"),
         ({"name": "partial_kvzip", "fraction": 1.5}, "fraction", "less than or equal to 1"),
         ({"name": "partial_kvzip", "num_chunks": 0, "fraction": None}, "num_chunks", "greater than or equal to 1"),
@@ -260,6 +263,16 @@ def test_same_seed_same_futures_other_seed_other_futures() -> None:
     for a, b in zip(first.layers, again.layers, strict=True):
         assert a.queries.equal(b.queries)
     assert not first.token_ids.equal(other.token_ids)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_questions_draws_are_the_token_rules_draws(top_p: float) -> None:
+    logits = torch.randn(6, 11, generator=torch.Generator().manual_seed(5))
+    for draws in ("independent", "stratified"):
+        drawn = questions(temperature=0.9, top_p=top_p, draws=draws).rule(torch.Generator().manual_seed(3))(logits)
+        rule = token_rules.temperature if top_p == 1.0 else partial(token_rules.nucleus, top_p=top_p)
+        assert drawn.equal(rule(logits, temperature=0.9, generator=torch.Generator().manual_seed(3), draws=draws))
+    assert QuestionsConfig().draws == "independent"
 
 
 def test_partial_chunks_are_seeded_and_in_prompt_order() -> None:
