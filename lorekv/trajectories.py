@@ -8,6 +8,7 @@ teacher-forced futures, 0 for the prompt-window control), d head dim, D hidden s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -193,6 +194,43 @@ class Trajectories:
     @property
     def layer_indices(self) -> tuple[int, ...]:
         return tuple(layer.layer_idx for layer in self.layers)
+
+
+def concat_futures(parts: Sequence[Trajectories]) -> Trajectories:
+    """The futures of ``parts`` as one :class:`Trajectories` of M = sum_i M_i futures, in order.
+
+    For causal futures of one shape drawn from one prefilled prompt in several rounds (the same
+    T and query positions); the prompt's keys and values are the first part's.
+    Futures of different shapes stay apart in a :class:`FutureMixture` instead.
+    """
+    first = parts[0]
+    for part in parts[1:]:
+        same = part.num_tokens == first.num_tokens and part.layer_indices == first.layer_indices
+        same = same and all(
+            a.query_positions.equal(b.query_positions)
+            and a.response_keys.shape[2:] == b.response_keys.shape[2:]
+            and a.visible_spans is None
+            and b.visible_spans is None
+            for a, b in zip(first.layers, part.layers, strict=True)
+        )
+        if not same or part.prompt_length != first.prompt_length:
+            raise ValueError("concat_futures needs causal parts of one shape (tokens, layers, query positions, prompt)")
+    layers = tuple(
+        replace(
+            layer,
+            queries=torch.cat([p.layers[i].queries for p in parts]),
+            response_keys=torch.cat([p.layers[i].response_keys for p in parts]),
+            response_values=torch.cat([p.layers[i].response_values for p in parts]),
+        )
+        for i, layer in enumerate(first.layers)
+    )
+    return Trajectories(
+        token_ids=torch.cat([p.token_ids for p in parts]),
+        logprobs=torch.cat([p.logprobs for p in parts]),
+        entropies=torch.cat([p.entropies for p in parts]),
+        layers=layers,
+        prompt_length=first.prompt_length,
+    )
 
 
 @dataclass(frozen=True)

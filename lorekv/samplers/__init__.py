@@ -1,10 +1,11 @@
 """Samplers: which queries stand for "the future"?
 
 Importing this package registers every sampler in :data:`SAMPLERS`:
-``greedy``, ``temperature``, ``nucleus``, ``prompt_window``, ``oracle``, ``kvzip``, ``lookahead``,
+``greedy``, ``temperature``, ``nucleus``, ``adaptive``, ``prompt_window``, ``oracle``, ``kvzip``, ``lookahead``,
 and for query-agnostic use ``questions``, ``partial_kvzip`` and ``mixture``.
 """
 
+from lorekv.samplers.adaptive import AdaptiveConfig, AdaptiveSampler
 from lorekv.samplers.base import (
     SAMPLERS,
     Rollout,
@@ -27,6 +28,8 @@ from lorekv.samplers.temperature import TemperatureConfig, TemperatureSampler
 
 __all__ = [
     "SAMPLERS",
+    "AdaptiveConfig",
+    "AdaptiveSampler",
     "GreedyConfig",
     "GreedySampler",
     "KVzipConfig",
