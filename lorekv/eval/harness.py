@@ -72,6 +72,7 @@ class EvalRow(BaseModel):
     gold_positions: list[int] | None
     suite: str | None = None
     tags: dict[str, str] | None = None
+    futures: int | None = None
 
 
 def results_file(path: str | Path, header: dict[str, Any] | None = None, *, writable: bool = True) -> ResultsFile:

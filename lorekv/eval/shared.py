@@ -253,6 +253,7 @@ def run_units(
             "seconds": {**seconds, "decode": generation.decode_seconds, "reference_prefill": floor},
             "compression_seconds": sum(seconds[phase] for phase in PHASES),
             "keep_map": kept, "gold_positions": golds[i], "suite": sample.suite, "tags": dict(sample.tags) or None,
+            "futures": None if stats is None else len(stats.future_weights),
         })  # fmt: skip
 
     for cell in cells:

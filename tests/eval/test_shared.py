@@ -119,7 +119,7 @@ def test_shared_work_answers_exactly_as_independent_generate_calls(make_model, m
             expected = generate_full(model, sample.ids, sample.max_new_tokens, eos_token_id=eos)
             assert row["prediction"] == expected.text(tokenizer)
             torch.testing.assert_close(row["_logits"], expected.first_logits, rtol=1e-9, atol=1e-9)
-            assert row["budget"] is None and row["keep_map"] is None
+            assert row["budget"] is None and row["keep_map"] is None and row["futures"] is None
             continue
         budget = cell.budget.resolve(candidates)
         config = cell.method.build(budget)
@@ -135,6 +135,7 @@ def test_shared_work_answers_exactly_as_independent_generate_calls(make_model, m
         assert layers == list(compressed.selection.layer_indices)
         assert (kept == mask.numpy()).all(), (cell.method.name, cell.budget.label)
         assert row["budget"] == budget and row["kept"] == pytest.approx(np.mean(compressed.stats.kept))
+        assert row["futures"] == len(compressed.stats.future_weights) >= 1
         assert row["compression_seconds"] == pytest.approx(
             sum(row["seconds"][k] for k in ("prefill", "sampling", "scoring", "selection"))
         )
