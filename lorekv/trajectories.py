@@ -128,8 +128,10 @@ class LayerCapture:
         )
 
     def to(self, dtype: torch.dtype) -> LayerCapture:
-        """The same layer with its float tensors (queries, keys, values, ``o_proj``) in ``dtype``:
-        the captures of a bf16 run rescored in float64, or an edge case built in float64 and cast."""
+        """The same layer with its queries, keys and values in ``dtype``: the captures of a bf16
+        run rescored in float64, or an edge case built in float64 and cast. ``o_proj`` (the
+        model's weight, D x H*d: 64 MiB in float32 per layer of an 8B model) stays as it is; the
+        scorers that read it cast it themselves."""
         return replace(
             self,
             queries=self.queries.to(dtype),
@@ -137,7 +139,6 @@ class LayerCapture:
             prompt_values=self.prompt_values.to(dtype),
             response_keys=self.response_keys.to(dtype),
             response_values=self.response_values.to(dtype),
-            o_proj=self.o_proj.to(dtype),
         )
 
     def query_slice(self, start: int, stop: int) -> LayerCapture:

@@ -166,3 +166,28 @@ def test_prompt_terms_are_formed_once_per_layer_whatever_the_chunks(name: str, m
     scorer.score(make_trajectories(layers))
     assert len(chunks) == 12 and all(chunks), "every chunk is handed its layer's terms"
     assert len(formed) == 2, f"prompt terms formed {len(formed)} times for 2 layers"
+
+
+@pytest.mark.parametrize("name", SCORERS.names())
+def test_a_bf16_capture_is_scored_in_float32_without_copying_o_proj(name: str, monkeypatch) -> None:
+    """A bf16 capture is scored in float32 (its queries, keys and values cast); the model's
+    ``o_proj`` is not copied for the scorers that never read it, and the ones that do cast it
+    themselves: the scores equal those of the capture with every tensor cast up front."""
+    layers = tuple(capture(seed, dtype=torch.bfloat16) for seed in (5, 6))
+    casts: list[torch.dtype] = []
+    original = torch.Tensor.to
+
+    def watching(tensor: torch.Tensor, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if any(tensor is layer.o_proj for layer in layers):
+            casts.append(tensor.dtype)
+        return original(tensor, *args, **kwargs)
+
+    scorer = SCORERS.build({"name": name})
+    cast = tuple(replace(layer.to(torch.float32), o_proj=layer.o_proj.float()) for layer in layers)
+    expected = scorer.score(make_trajectories(cast))
+    monkeypatch.setattr(torch.Tensor, "to", watching)
+    got = scorer.score(make_trajectories(layers))
+    monkeypatch.undo()
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert len(casts) == (2 if name in ("projected_loo", "critical_mass") else 0), casts
