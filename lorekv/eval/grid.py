@@ -111,16 +111,28 @@ class MethodSpec(BaseModel):
         config = self._build(budget, base)
         return config if seed is None else with_sampler_seed(config, seed, self.name)
 
+    def inlined(self, base: Path | None) -> MethodSpec:
+        """This method with its pipeline file (relative to ``base``) read in as an inline config."""
+        if not isinstance(self.config, str):
+            return self
+        try:
+            config = self._pipeline(base)
+        except ValueError as error:
+            raise ValueError(f"method {self.name}: {error}") from None
+        return self.model_copy(update={"config": config.model_dump(mode="json")})
+
+    def _pipeline(self, base: Path | None) -> PipelineConfig:
+        """The pipeline file (relative to ``base``) or inline config of a method given by config."""
+        if isinstance(self.config, str):
+            path = Path(self.config)
+            return PipelineConfig.from_file(path if path.is_absolute() or base is None else base / path)
+        return PipelineConfig.model_validate(self.config)
+
     def _build(self, budget: int, base: Path | None) -> PipelineConfig:
         if self.preset is not None:
             config = preset(self.preset, budget, **self.options)
         else:
-            if isinstance(self.config, str):
-                path = Path(self.config)
-                config = PipelineConfig.from_file(path if path.is_absolute() or base is None else base / path)
-            else:
-                config = PipelineConfig.model_validate(self.config)
-            config = config.override({"policy.budget": budget})
+            config = self._pipeline(base).override({"policy.budget": budget})
         if not self.set:
             return config
         changed = config.override(self.set)
@@ -296,17 +308,21 @@ class GridConfig(BaseModel):
             grid = cls.model_validate(dict(data))
         except ValidationError as error:
             raise ValueError(f"{path}: {describe(error)}") from None
-        grid = grid.resolved(path.parent)
         try:
+            grid = grid.resolved(path.parent)
             grid.check(base=path.parent)
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
         return grid
 
-    def resolved(self, base: Path) -> GridConfig:
-        """This grid with the benchmark files' relative paths made absolute against ``base``."""
+    def resolved(self, base: Path | None) -> GridConfig:
+        """This grid with the benchmark files' relative paths made absolute against ``base`` (the
+        grid file's folder) and every method's pipeline file read in, so that the digest and a
+        results file's header hold the pipeline itself rather than a path to a file that may
+        change. A relative path with ``base`` None is read from the working directory."""
         tasks = [t.resolved(base) if isinstance(t, FileTaskConfig) else t for t in self.tasks]
-        return self.model_copy(update={"tasks": tasks})
+        methods = [m.inlined(base) for m in self.methods]
+        return self.model_copy(update={"tasks": tasks, "methods": methods})
 
     @property
     def file_tasks(self) -> list[FileTaskConfig]:
@@ -317,16 +333,28 @@ class GridConfig(BaseModel):
         :meth:`~lorekv.eval.suites.task.FileTaskConfig.fingerprint`)."""
         return {t.label: t.fingerprint() for t in self.file_tasks}
 
+    def pipelines(self) -> dict[str, dict[str, Any]]:
+        """What every (method, budget) column resolves to: ``"<method>|<budget label>"`` -> its
+        pipeline config as built (before a method's ``seeds`` set its sampler's seed; a ratio
+        column at the longest prompt's candidates). A preset is a function whose defaults may
+        change between versions, so a grid naming it means what this returns, not its name."""
+        return {
+            f"{method.name}|{budget.label}": method.build(budget.resolve(max(self.lengths) - 1)).model_dump(mode="json")
+            for method in self.methods
+            if not method.is_full
+            for budget in self.budgets_of(method)
+        }
+
     @property
     def digest(self) -> str:
-        """A short hash of the grid's content and of its benchmark files' contents: the identity
-        its results files carry (``batch_size``, which changes no result, left out)."""
-        dumped = self.model_dump(mode="json", exclude={"batch_size"})
-        for method in dumped["methods"]:
-            if method["seeds"] is None:  # added in 0.3: grids without seeds keep their digests
-                del method["seeds"]
+        """A short hash of the grid's content, of the pipelines its methods resolve to
+        (:meth:`pipelines`) and of its benchmark files' contents: the identity its results files
+        carry, so that a changed preset default or pipeline file makes a new grid instead of one
+        results file mixing two pipelines under one name (``batch_size``, which changes no
+        result, left out)."""
         content = {
-            **dumped,
+            **self.model_dump(mode="json", exclude={"batch_size"}),
+            "pipelines": self.pipelines(),
             **({"files": self.fingerprints()} if self.file_tasks else {}),
         }
         text = json.dumps(content, sort_keys=True)

@@ -19,7 +19,7 @@ import fcntl
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -123,6 +123,7 @@ def run_header(grid: GridConfig, shard: tuple[int, int]) -> dict[str, Any]:
         "type": "header",
         "grid": grid.digest,
         "grid_config": grid.model_dump(mode="json"),
+        "pipelines": grid.pipelines(),
         "lorekv": package_version("lorekv"),
         "commit": git_commit(),
         "packages": package_versions(),
@@ -135,6 +136,55 @@ def run_header(grid: GridConfig, shard: tuple[int, int]) -> dict[str, Any]:
         "shard": list(shard),
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
+
+
+def check_resumable(path: Path, header: Mapping[str, Any]) -> None:
+    """Refuse, saying why, to resume a results file of this grid whose methods resolved to other
+    pipelines: a preset's default or a pipeline file changed since it was written, or it predates
+    the header's ``pipelines`` so that what its methods were cannot be checked.
+    (A file of another grid altogether is refused by :class:`ResultsFile`.)"""
+    if not path.is_file():
+        return
+    with path.open() as file:
+        first = file.readline()
+    try:
+        written = json.loads(first)
+    except json.JSONDecodeError:
+        return
+    if not isinstance(written, dict) or written.get("type") != "header" or written.get("grid") == header["grid"]:
+        return
+    by = f"lorekv {written.get('lorekv')} (commit {written.get('commit')})"
+    if "pipelines" not in written:
+        raise ValueError(
+            f"{path}: written by {by} before results files recorded the pipelines their methods resolve to, "
+            "so whether its rows are this grid's cannot be checked (preset defaults have changed since: "
+            "lore_kv's futures are drawn at temperature 0.7, were 1); finish it with that commit, or write "
+            "to a new file"
+        )
+    was, now = written["pipelines"], header["pipelines"]
+    changed = [
+        f"{cell} {field}: {before!r} -> {after!r}"
+        for cell in sorted(was.keys() & now.keys())
+        for field, before, after in differences(was[cell], now[cell])
+    ]
+    if changed:
+        raise ValueError(
+            f"{path}: written by {by}, whose methods resolved to other pipelines than they do now "
+            f"({'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}); a preset's default or a "
+            "pipeline file changed. Finish it with that commit, pin the old values in the grid (the "
+            "method's options or set), or write to a new file"
+        )
+
+
+def differences(was: Any, now: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """The dotted fields where two JSON values differ, with the value on each side."""
+    if isinstance(was, dict) and isinstance(now, dict):
+        return [
+            found
+            for key in sorted(was.keys() | now.keys())
+            for found in differences(was.get(key), now.get(key), f"{prefix}{key}.")
+        ]
+    return [] if was == now else [(prefix.rstrip("."), was, now)]
 
 
 def grid_cells(grid: GridConfig) -> list[Cell]:
@@ -196,6 +246,7 @@ def run_grid(
     ``base``: where pipeline files named in the grid are looked up (the grid file's folder).
     """
     grid.check(base)
+    grid = grid.resolved(base)
     path = shard_path(Path(out), shard)
     with exclusive(path):
         _run_shard(grid, path, shard, base, loader, progress, on_row)
@@ -211,7 +262,9 @@ def _run_shard(
     progress: bool,
     on_row: Callable[[dict[str, Any]], None] | None,
 ) -> None:
-    results = results_file(path, header=run_header(grid, shard))
+    header = run_header(grid, shard)
+    check_resumable(path, header)
+    results = results_file(path, header=header)
     cells = grid_cells(grid)
     mine = shard_units(grid, shard)
     done = results.done()
