@@ -3,7 +3,7 @@
 The reliability aggregator standardises three per-future signals across the M futures (mean
 token log-prob, mean token entropy, disagreement with the ensemble), with a floor on the
 spread (see :class:`lorekv.aggregators.ReliabilityConfig`). This script measures what
-spreads occur: it compresses prompts of the main grid's task families with LORE-KV's default
+spreads occur: it compresses prompts of the main grid's task families with the paper's
 futures (M = 4 temperature-1 futures of T = 8 tokens, projected LOO) on the bundled
 SmolLM2-135M-Instruct and records, per prompt, the population standard deviation of each
 signal across the 4 futures and across every pair of them (M = 2), and how far the default
@@ -79,7 +79,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = load("smollm2-135m-instruct")
-    config = preset("lore_kv", 64)
+    config = preset("lore_kv", 64, temperature=1.0)  # the futures the floors were measured on
     recorder = Recorder()
     pipeline = Pipeline(config.sampler, config.scorer, recorder, config.policy)
     for index in range(args.samples):

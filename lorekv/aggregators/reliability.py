@@ -124,8 +124,8 @@ class ReliabilityAggregator(Aggregator):
     that mean by 1/T of its change.
 
     The default floors (0.1 and 0.02 nats per token, 0.003) are about the 10th percentile of
-    each signal's spread across M = 4 futures of T = 8 tokens at temperature 1 (LORE-KV's
-    defaults) on the bundled SmolLM2-135M-Instruct, measured by
+    each signal's spread across M = 4 futures of T = 8 tokens at temperature 1 (the paper's
+    futures) on the bundled SmolLM2-135M-Instruct, measured by
     ``evaluations/reliability_spread.py`` on 64 needle prompts of ~1.5K tokens (the main
     grid's four task families, drawn with another seed than the evaluated prompts). The
     percentiles (5th, 10th, 25th, median) were 0.10, 0.13, 0.44, 1.0 for the log-prob, 0.007,
