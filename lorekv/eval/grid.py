@@ -351,9 +351,14 @@ class GridConfig(BaseModel):
         (:meth:`pipelines`) and of its benchmark files' contents: the identity its results files
         carry, so that a changed preset default or pipeline file makes a new grid instead of one
         results file mixing two pipelines under one name (``batch_size``, which changes no
-        result, left out)."""
+        result, and benchmark files' paths, which their fingerprints replace, left out: a
+        checkout moved elsewhere resumes its results)."""
+        dumped = self.model_dump(mode="json", exclude={"batch_size"})
+        for task in dumped["tasks"]:
+            if task.get("name") == "file":
+                task["path"] = None  # the files' fingerprint says what they hold; where they lie may move
         content = {
-            **self.model_dump(mode="json", exclude={"batch_size"}),
+            **dumped,
             "pipelines": self.pipelines(),
             **({"files": self.fingerprints()} if self.file_tasks else {}),
         }

@@ -95,6 +95,17 @@ def test_shards_of_a_file_grid_merge_into_the_whole(tmp_path) -> None:
     assert len(list(units(grid))) == QUESTIONS
 
 
+def test_the_same_files_elsewhere_are_the_same_grid(tmp_path) -> None:
+    for where in ("a", "b"):
+        (tmp_path / where / "data").mkdir(parents=True)
+        (tmp_path / where / "data" / "notes.jsonl").write_text((FIXTURES / "jsonl" / "harbour.jsonl").read_text())
+        grid = {**GRID, "tasks": [{"format": "jsonl", "path": "data/notes.jsonl"}]}
+        (tmp_path / where / "grid.yaml").write_text(yaml.safe_dump(grid))
+    a, b = (GridConfig.from_file(tmp_path / where / "grid.yaml") for where in ("a", "b"))
+    assert a.tasks[0].path != b.tasks[0].path, "each reads its own copy"
+    assert a.digest == b.digest, "a checkout moved elsewhere could not resume its results"
+
+
 def test_a_changed_file_is_another_grid(tmp_path) -> None:
     data = tmp_path / "data.jsonl"
     data.write_text((FIXTURES / "jsonl" / "harbour.jsonl").read_text())
