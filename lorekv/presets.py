@@ -54,7 +54,7 @@ def lore_kv(
     docs/benchmarks.md, "The smallest budgets"): chosen at B = 8 on one grid, then on 100
     held-out prompts ahead of temperature 1 at every budget, by +0.06 and +0.05 at B = 8 and 16
     and +0.02 to +0.03 at B = 32 to 128 (each a paired finding), with a narrower spread over
-    sampler seeds, at the same cost. ``temperature=1.0`` is the paper's estimator. The
+    sampler seeds up to B = 64, at the same cost. ``temperature=1.0`` is the paper's estimator. The
     reliability-weighted ensemble that gives the method its name is the ``reliability``
     aggregator; it reweights the futures and so estimates something else (a biased,
     mode-seeking estimate), which is why it is the variant and not the default.
