@@ -157,9 +157,8 @@ def check_resumable(path: Path, header: Mapping[str, Any]) -> None:
     if "pipelines" not in written:
         raise ValueError(
             f"{path}: written by {by} before results files recorded the pipelines their methods resolve to, "
-            "so whether its rows are this grid's cannot be checked (preset defaults have changed since: "
-            "lore_kv's futures are drawn at temperature 0.7, were 1); finish it with that commit, or write "
-            "to a new file"
+            "so whether its rows are this grid's cannot be checked (a preset's defaults may have changed "
+            "since); finish it with that commit, or write to a new file"
         )
     was, now = written["pipelines"], header["pipelines"]
     changed = [
