@@ -16,7 +16,11 @@ Two uses:
   candidates are positions 0..n-2; the last prompt token is re-fed through the compressed
   cache, so the first answer token never comes from the full-cache prefill.
 - query-agnostic: compress a context (every token a candidate), then feed one or more
-  questions after it, uncompressed, each from a fork of the same compressed cache.
+  questions after it, uncompressed, each from a fork of the same compressed cache. A pipeline
+  may name a second sampler for this mode (``agnostic_sampler``): futures that continue a
+  context keep what a prompt window keeps, so LORE-KV's preset draws question-and-answer
+  futures there (:mod:`lorekv.samplers.questions`). The method is still a 4-tuple in each mode
+  (:meth:`PipelineConfig.for_mode`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializeAsAny,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+)
 
 import lorekv.aggregators  # noqa: F401  (registration)
 import lorekv.policies  # noqa: F401
@@ -66,23 +81,49 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 FAMILIES = ("sampler", "scorer", "aggregator", "policy")
+PARTS = ("sampler", "agnostic_sampler", "scorer", "aggregator", "policy")
+"""The parts of a :class:`PipelineConfig`: the four families and the optional query-agnostic sampler."""
 
 
 class PipelineConfig(BaseModel):
-    """A whole method, serialisable to YAML/JSON; each part is a registry-named config."""
+    """A whole method, serialisable to YAML/JSON; each part is a registry-named config.
+
+    Attributes:
+        sampler: draws the futures (query-aware, and query-agnostic unless ``agnostic_sampler``).
+        agnostic_sampler: draws them when a context is compressed before its question
+            (``compress(..., query_aware=False)``); None (default): ``sampler`` in both modes.
+            Left out of the YAML/JSON when None.
+        scorer, aggregator, policy: as their families; the same in both modes.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     sampler: SerializeAsAny[ComponentConfig]
+    agnostic_sampler: SerializeAsAny[ComponentConfig] | None = None
     scorer: SerializeAsAny[ComponentConfig]
     aggregator: SerializeAsAny[ComponentConfig] = Field(default_factory=MeanConfig)
     policy: SerializeAsAny[ComponentConfig]
 
-    @field_validator("sampler", "scorer", "aggregator", "policy", mode="before")
+    @field_validator("sampler", "agnostic_sampler", "scorer", "aggregator", "policy", mode="before")
     @classmethod
-    def _component(cls, value: Any, info: ValidationInfo) -> ComponentConfig:
-        registry = {"sampler": SAMPLERS, "scorer": SCORERS, "aggregator": AGGREGATORS, "policy": POLICIES}
-        return registry[info.field_name].parse(value)
+    def _component(cls, value: Any, info: ValidationInfo) -> ComponentConfig | None:
+        if value is None and info.field_name == "agnostic_sampler":
+            return None
+        registry = {"scorer": SCORERS, "aggregator": AGGREGATORS, "policy": POLICIES}
+        return registry.get(info.field_name, SAMPLERS).parse(value)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_agnostic(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("agnostic_sampler") is None:
+            data.pop("agnostic_sampler", None)  # a pipeline without one reads and hashes as before it existed
+        return data
+
+    def for_mode(self, query_aware: bool) -> PipelineConfig:
+        """The 4-tuple that compresses in this mode: query-agnostic, ``agnostic_sampler`` (when set)
+        in place of ``sampler``; no agnostic sampler left in either."""
+        sampler = self.sampler if query_aware or self.agnostic_sampler is None else self.agnostic_sampler
+        return self.model_copy(update={"sampler": sampler, "agnostic_sampler": None})
 
     @classmethod
     def from_file(cls, path: str | Path) -> PipelineConfig:
@@ -110,24 +151,37 @@ class PipelineConfig(BaseModel):
     def override(self, changes: Mapping[str, Any]) -> PipelineConfig:
         """A copy with fields replaced by dotted path, e.g. ``{"policy.budget": 64}``.
 
-        Each path is ``<part>.<field>`` with part one of sampler, scorer, aggregator, policy;
-        the result is validated like any config, so an unknown field or a bad value is an
-        error naming it. ``"<part>.name"`` switches the part's component (its other fields
-        must then exist on the new one); a bare ``"<part>"`` with a mapping replaces the whole
-        part, e.g. ``{"sampler": {"name": "prompt_window", "window": 8}}``.
+        Each path is ``<part>.<field>`` with part one of :data:`PARTS`; the result is validated
+        like any config, so an unknown field or a bad value is an error naming it.
+        ``"<part>.name"`` switches the part's component (its other fields must then exist on
+        the new one); a bare ``"<part>"`` with a mapping replaces the whole part, e.g.
+        ``{"sampler": {"name": "prompt_window", "window": 8}}``, and ``{"agnostic_sampler":
+        None}`` removes the query-agnostic sampler (``sampler`` then serves both modes). A new
+        sampler (the whole part, or ``"sampler.name"``) serves both modes too, unless the same
+        changes set ``agnostic_sampler``: a pipeline whose sampler was replaced draws the
+        futures it names; a field of the sampler (``"sampler.num_futures"``) changes the
+        query-aware futures only (``"agnostic_sampler.<field>"`` the others).
         """
         data = self.model_dump()
+        parts = {path.partition(".")[0] for path in changes}
+        if "agnostic_sampler" not in parts and any(path in ("sampler", "sampler.name") for path in changes):
+            data.pop("agnostic_sampler", None)
         for path, value in changes.items():
             part, dot, field = path.partition(".")
-            if part in FAMILIES and not dot:
+            if part in PARTS and not dot:
+                if value is None and part == "agnostic_sampler":
+                    data.pop(part, None)
+                    continue
                 if not isinstance(value, Mapping):
                     raise ValueError(f"override {path!r}: replacing a whole part needs a mapping, got {value!r}")
                 data[part] = dict(value)
                 continue
-            if part not in FAMILIES or not field or "." in field:
+            if part not in PARTS or not field or "." in field:
                 raise ValueError(
-                    f"override {path!r}: expected <part>.<field> or <part> with part one of {', '.join(FAMILIES)}"
+                    f"override {path!r}: expected <part>.<field> or <part> with part one of {', '.join(PARTS)}"
                 )
+            if part not in data:
+                raise ValueError(f"override {path!r}: this pipeline has no {part}; give the whole part as {part!r}")
             data[part][field] = value
         return PipelineConfig.model_validate(data)
 
@@ -175,6 +229,9 @@ def prefill(
 class Pipeline:
     """sampler + scorer + aggregator + policy. Parts may be components, configs, mappings or names.
 
+    ``agnostic_sampler`` (optional) draws the futures instead of ``sampler`` when a context is
+    compressed before its question (``query_aware=False``); see :meth:`sampler_for`.
+
     ``compile=True`` runs the scorer's kernel and the futures' attention through
     ``torch.compile`` (dynamic shapes; :mod:`lorekv.compiling`): the same scores up to float
     rounding, faster once compiled; the first compression pays the compilation. It is an
@@ -188,9 +245,15 @@ class Pipeline:
         aggregator: Aggregator | ComponentConfig | Mapping[str, Any] | str,
         policy: Policy | ComponentConfig | Mapping[str, Any],
         *,
+        agnostic_sampler: Sampler | ComponentConfig | Mapping[str, Any] | str | None = None,
         compile: bool = False,
     ) -> None:
         self.sampler: Sampler = sampler if isinstance(sampler, Sampler) else SAMPLERS.build(sampler)
+        self.agnostic_sampler: Sampler | None = (
+            agnostic_sampler
+            if agnostic_sampler is None or isinstance(agnostic_sampler, Sampler)
+            else SAMPLERS.build(agnostic_sampler)
+        )
         self.scorer: Scorer = scorer if isinstance(scorer, Scorer) else SCORERS.build(scorer)
         self.aggregator: Aggregator = (
             aggregator if isinstance(aggregator, Aggregator) else AGGREGATORS.build(aggregator)
@@ -216,16 +279,29 @@ class Pipeline:
             config = PipelineConfig.from_file(config)
         elif not isinstance(config, PipelineConfig):
             config = PipelineConfig.model_validate(dict(config))
-        return cls(config.sampler, config.scorer, config.aggregator, config.policy, compile=compile)
+        return cls(
+            config.sampler,
+            config.scorer,
+            config.aggregator,
+            config.policy,
+            agnostic_sampler=config.agnostic_sampler,
+            compile=compile,
+        )
 
     @property
     def config(self) -> PipelineConfig:
         return PipelineConfig(
             sampler=self.sampler.config,
+            agnostic_sampler=None if self.agnostic_sampler is None else self.agnostic_sampler.config,
             scorer=self.scorer.config,
             aggregator=self.aggregator.config,
             policy=self.policy.config,
         )
+
+    def sampler_for(self, query_aware: bool) -> Sampler:
+        """The sampler that draws the futures in this mode: ``agnostic_sampler`` for a context
+        compressed before its question when there is one, ``sampler`` otherwise."""
+        return self.sampler if query_aware or self.agnostic_sampler is None else self.agnostic_sampler
 
     def check_input(
         self,
@@ -243,7 +319,8 @@ class Pipeline:
         row's real token count."""
         minimum = 2 if query_aware else 1
         lengths = check_batch(model, input_ids, attention_mask, min_length=minimum)
-        window = self.sampler.prefill_window
+        sampler = self.sampler_for(query_aware)
+        window = sampler.prefill_window
         tail = 1 if query_aware else 0
         width = input_ids.shape[1]
         for row, n in enumerate(lengths):
@@ -252,8 +329,8 @@ class Pipeline:
                 if window != "all" and window > n:
                     raise ValueError(f"window must be <= the prompt length {n}, got {window}")
                 self.policy.check_budget(n - tail, tail)
-                future = self.sampler.future_positions(input_ids[row : row + 1, width - n :], tokenizer)
-                check_context(model, n, future, f"{self.sampler.config.name} future")
+                future = sampler.future_positions(input_ids[row : row + 1, width - n :], tokenizer)
+                check_context(model, n, future, f"{sampler.config.name} future")
                 check_context(model, n, extra, "question/answer")
             except ValueError as error:
                 raise ValueError(f"{where}{error}") from None
@@ -276,9 +353,11 @@ class Pipeline:
         every row's futures drawn together, then each row scored and selected on its own (its
         budget over its own candidates, padding never a candidate), giving the same kept set
         as compressing the row alone; the cache holds every row (ragged across rows and heads).
+        ``query_aware=False`` compresses a context before its question, its futures drawn by
+        :meth:`sampler_for` (the ``agnostic_sampler`` when there is one).
         ``tokenizer`` is handed to the sampler through the rollout; only samplers that feed
-        text of their own need it (``kvzip``'s repeat instruction), the others ignore it.
-        ``answer_tokens``: positions the caller will feed after the prompt (question and
+        text of their own need it (``kvzip``'s repeat instruction, ``questions``' instruction),
+        the others ignore it. ``answer_tokens``: positions the caller will feed after the prompt (question and
         answer), checked with the futures against the model's context before any work.
         """
         lengths = self.check_input(
@@ -289,19 +368,20 @@ class Pipeline:
             extra=answer_tokens,
             tokenizer=tokenizer,
         )
+        sampler = self.sampler_for(query_aware)
         timer = PhaseTimer(input_ids.device)
         with timer.phase("prefill"):
             batch = prefill(
                 model,
                 input_ids,
-                [self.sampler],
+                [sampler],
                 lengths=lengths,
                 query_aware=query_aware,
                 tokenizer=tokenizer,
                 compile=self.compile,
             )
         with timer.phase("sampling"):
-            futures = self.sampler.futures_batch(batch)
+            futures = sampler.futures_batch(batch)
         with timer.phase("scoring"):
             scored = [self.score(t, row.candidates) for t, row in zip(futures, batch.rows, strict=True)]
         return self.select_rows(batch.rows, scored, seconds=timer.seconds)
@@ -320,7 +400,7 @@ class Pipeline:
         return prefill(
             model,
             input_ids,
-            [self.sampler],
+            [self.sampler_for(query_aware)],
             attention_mask=attention_mask,
             query_aware=query_aware,
             tokenizer=tokenizer,

@@ -58,10 +58,25 @@ def lore_kv(
     reliability-weighted ensemble that gives the method its name is the ``reliability``
     aggregator; it reweights the futures and so estimates something else (a biased,
     mode-seeking estimate), which is why it is the variant and not the default.
+
+    A context compressed before its question (``compress(..., query_aware=False)``, the
+    ``lorekv-text-generation`` pipeline's default) draws other futures, the ``agnostic_sampler``:
+    after the context, an instruction asks the model for a question about it and its answer
+    (the ``questions`` sampler: M futures, each a 16-token question and a T-token answer, at
+    the same temperature and seed, both sides' queries scored). Futures that continue a
+    context attend like its last tokens and keep what a prompt window keeps; on needle
+    contexts these kept the needle on 0.23 / 0.23 / 0.24 of 70 samples at B = 32 / 64 / 128
+    against 0.00 for continuing (docs/benchmarks.md, "Query-agnostic"), at 2.5x
+    transformers' prefill, still short of KVzip at B = 128. Not in the paper (query-aware
+    only). They need the model's tokenizer (``tokenizer=``); the fed instruction is never a
+    candidate, never kept and not counted in the budget. ``.override({"agnostic_sampler":
+    None})`` restores continuing the context in both modes.
     """
     return PipelineConfig(
         sampler={"name": "temperature", "num_futures": num_futures, "num_tokens": num_tokens,
                  "temperature": temperature, "seed": seed},
+        agnostic_sampler={"name": "questions", "num_futures": num_futures, "answer_tokens": num_tokens,
+                          "temperature": temperature, "seed": seed, "queries": "both"},
         scorer={"name": "projected_loo"},
         aggregator={"name": "mean"},
         policy={"name": "uniform", "budget": budget},
@@ -90,8 +105,8 @@ def lore_kv_agnostic(
     the benchmarks page ("Query-agnostic: futures that stand for the questions"): on needle
     prompts it keeps what the prompt window does not, but has not been shown to match KVzip,
     and scoring both sides (``queries="both"``) was no finding over the answer side.
-    ``preset("lore_kv", B)`` itself does not change with the mode: a preset is a function of the
-    budget alone and does not know how it will be used.
+    ``preset("lore_kv", B)`` draws such futures itself when it compresses query-agnostically
+    (both sides, at its temperature); this preset draws them in both modes.
     """
     return PipelineConfig(
         sampler={"name": "questions", "num_futures": num_futures, "question_tokens": question_tokens,

@@ -234,12 +234,14 @@ def future_scores(model, ids: torch.Tensor, futures: torch.Tensor, rule: str) ->
 def test_future_presets_equal_the_deletion_rule_on_the_models_own_attention(name, rule, query_aware) -> None:
     """LORE-KV: the mean over futures of the projected leave-one-out cost, recomputed by deleting
     each key from the model's own attention; top-B per KV head. The futures' tokens are lorekv's
-    (sampling is tested on its own); everything after them is recomputed here."""
+    (sampling is tested on its own); everything after them is recomputed here. Query-agnostic,
+    with futures that continue the context (the preset's own query-agnostic futures are tested
+    in tests/samplers/test_agnostic_sampler.py)."""
     model = tiny_llama(106, layers=3)
     n = 40
     ids = random_ids(n, seed=206)
     budget = 9
-    pipeline = Pipeline.from_config(preset(name, budget))
+    pipeline = Pipeline.from_config(preset(name, budget).override({"agnostic_sampler": None}))
     compressed = pipeline.compress(model, ids, query_aware=query_aware)
     futures = pipeline.sampler.sample(ModelRollout(prepare(model), ids, evictable_layers(model))).token_ids
     candidates = n - 1 if query_aware else n

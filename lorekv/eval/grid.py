@@ -145,18 +145,29 @@ class MethodSpec(BaseModel):
 
 
 def with_sampler_seed(config: PipelineConfig, seed: int, name: str) -> PipelineConfig:
-    """``config`` with its sampler's ``seed`` set (a mixture: its i-th seeded component's to ``seed + i``, so
-    that two components of one kind do not draw the same futures)."""
-    sampler = config.sampler.model_dump()
+    """``config`` with its samplers' ``seed`` set, the query-agnostic one's too (a mixture: its
+    i-th seeded component's to ``seed + i``, so that two components of one kind do not draw the
+    same futures)."""
+    changes = {}
+    for part in ("sampler", "agnostic_sampler"):
+        sampler = getattr(config, part)
+        seeded = None if sampler is None else _seeded(sampler.model_dump(), seed)
+        if seeded is not None:
+            changes[part] = seeded
+    if not changes:
+        raise ValueError(f"method {name}: seeds need a stochastic sampler; {config.sampler.name} takes no seed")
+    return config.override(changes)
+
+
+def _seeded(sampler: dict[str, Any], seed: int) -> dict[str, Any] | None:
+    """A sampler's dumped config with its seed(s) set as :func:`with_sampler_seed` says; None if it takes none."""
     if "seed" in sampler:
-        return config.override({"sampler.seed": seed})
+        return {**sampler, "seed": seed}
     parts = sampler.get("samplers") or []
     seeded = [i for i, part in enumerate(parts) if "seed" in part]
-    if not seeded:
-        raise ValueError(f"method {name}: seeds need a stochastic sampler; {sampler['name']} takes no seed")
     for offset, i in enumerate(seeded):
         parts[i]["seed"] = seed + offset
-    return config.override({"sampler": sampler})
+    return sampler if seeded else None
 
 
 def _parse_task(spec: Any) -> Any:
@@ -336,13 +347,20 @@ class GridConfig(BaseModel):
     def pipelines(self) -> dict[str, dict[str, Any]]:
         """What every (method, budget) column resolves to: ``"<method>|<budget label>"`` -> its
         pipeline config as built (before a method's ``seeds`` set its sampler's seed; a ratio
-        column at the longest prompt's candidates). A preset is a function whose defaults may
-        change between versions, so a grid naming it means what this returns, not its name."""
-        return {
-            f"{method.name}|{budget.label}": method.build(budget.resolve(max(self.lengths) - 1)).model_dump(mode="json")
+        column at the longest prompt's candidates; without its ``agnostic_sampler`` when the
+        grid has no query-agnostic mode, which never draws from it). A preset is a function
+        whose defaults may change between versions, so a grid naming it means what this
+        returns, not its name."""
+        agnostic = "query_agnostic" in self.modes
+        built = {
+            f"{method.name}|{budget.label}": method.build(budget.resolve(max(self.lengths) - 1))
             for method in self.methods
             if not method.is_full
             for budget in self.budgets_of(method)
+        }
+        return {
+            key: (config if agnostic else config.for_mode(True)).model_dump(mode="json")
+            for key, config in built.items()
         }
 
     @property

@@ -108,14 +108,15 @@ def build_pipelines(
     tokenizer: PreTrainedTokenizerBase,
     base: Path | None = None,
 ) -> dict[Cell, tuple[int, Pipeline]]:
-    """Each non-full cell's budget (kept tokens per KV head) and pipeline, every input checked
-    against the prompt before any model work."""
+    """Each non-full cell's budget (kept tokens per KV head) and pipeline in the prompt's mode
+    (:meth:`~lorekv.pipeline.PipelineConfig.for_mode`), every input checked against the prompt
+    before any model work."""
     built = {}
     for cell in cells:
         if cell.method.is_full:
             continue
         budget = cell.budget.resolve(prompt.candidates)
-        config = cell.method.build(budget, base, cell.seed)
+        config = cell.method.build(budget, base, cell.seed).for_mode(prompt.query_aware)
         if cell.method.oracle:
             config = config.override({"sampler": {"name": "oracle", "token_ids": [oracle_ids(sample, tokenizer)]}})
         pipeline = Pipeline.from_config(config)

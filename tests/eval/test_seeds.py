@@ -50,9 +50,11 @@ def test_a_deterministic_sampler_takes_no_seeds_and_the_grid_check_says_so() -> 
         grid.check()
 
 
-def test_the_seed_reaches_the_sampler_and_each_seeded_component_of_a_mixture() -> None:
+def test_the_seed_reaches_the_samplers_and_each_seeded_component_of_a_mixture() -> None:
     config = with_sampler_seed(preset("lore_kv", 8), 7, "m")
-    assert config.sampler.seed == 7
+    assert config.sampler.seed == config.agnostic_sampler.seed == 7, "both modes' futures"
+    agnostic_only = preset("snapkv", 64).override({"agnostic_sampler": {"name": "questions"}})
+    assert with_sampler_seed(agnostic_only, 2, "m").agnostic_sampler.seed == 2
     mixed = preset("lore_kv", 8).override({
         "sampler": {"name": "mixture", "samplers": ["greedy", {"name": "temperature"}, {"name": "temperature"}]}
     })  # fmt: skip
