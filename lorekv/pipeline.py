@@ -154,8 +154,8 @@ class PipelineConfig(BaseModel):
         Each path is ``<part>.<field>`` with part one of :data:`PARTS`; the result is validated
         like any config, so an unknown field or a bad value is an error naming it.
         ``"<part>.name"`` switches the part's component (its other fields must then exist on
-        the new one); a bare ``"<part>"`` with a mapping replaces the whole part, e.g.
-        ``{"sampler": {"name": "prompt_window", "window": 8}}``, and ``{"agnostic_sampler":
+        the new one); a bare ``"<part>"`` with a mapping or a component config replaces the
+        whole part, e.g. ``{"sampler": {"name": "prompt_window", "window": 8}}``, and ``{"agnostic_sampler":
         None}`` removes the query-agnostic sampler (``sampler`` then serves both modes). A new
         sampler (the whole part, or ``"sampler.name"``) serves both modes too, unless the same
         changes set ``agnostic_sampler``: a pipeline whose sampler was replaced draws the
@@ -172,8 +172,13 @@ class PipelineConfig(BaseModel):
                 if value is None and part == "agnostic_sampler":
                     data.pop(part, None)
                     continue
+                if isinstance(value, ComponentConfig):
+                    value = value.model_dump()
                 if not isinstance(value, Mapping):
-                    raise ValueError(f"override {path!r}: replacing a whole part needs a mapping, got {value!r}")
+                    raise ValueError(
+                        f"override {path!r}: replacing a whole part needs a mapping or a component config, "
+                        f"got {value!r}"
+                    )
                 data[part] = dict(value)
                 continue
             if part not in PARTS or not field or "." in field:

@@ -77,6 +77,8 @@ def test_overrides_reach_the_agnostic_sampler_and_a_new_sampler_serves_both_mode
     both = config.override({"sampler": window, "agnostic_sampler.num_futures": 2})
     assert both.sampler.name == "prompt_window" and both.agnostic_sampler.num_futures == 2
     assert config.override({"agnostic_sampler": window}).agnostic_sampler.name == "prompt_window"
+    as_config = preset("snapkv", 64).override({"agnostic_sampler": config.agnostic_sampler})
+    assert as_config.agnostic_sampler == config.agnostic_sampler
     with pytest.raises(ValueError, match=r"'agnostic_sampler\.seed': this pipeline has no agnostic_sampler"):
         preset("snapkv", 64).override({"agnostic_sampler.seed": 1})
     with pytest.raises(ValueError, match="agnostic_sampler"):
