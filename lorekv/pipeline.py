@@ -36,7 +36,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializationInfo,
     SerializeAsAny,
     SerializerFunctionWrapHandler,
     ValidationError,
@@ -110,10 +109,11 @@ class PipelineConfig(BaseModel):
         if value is None and info.field_name == "agnostic_sampler":
             return None
         registry = {"scorer": SCORERS, "aggregator": AGGREGATORS, "policy": POLICIES}
-        return registry.get(info.field_name, SAMPLERS).parse(value)
+        registry |= {"sampler": SAMPLERS, "agnostic_sampler": SAMPLERS}
+        return registry[info.field_name].parse(value)
 
     @model_serializer(mode="wrap")
-    def _without_unset_agnostic(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+    def _without_unset_agnostic(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if isinstance(data, dict) and data.get("agnostic_sampler") is None:
             data.pop("agnostic_sampler", None)  # a pipeline without one reads and hashes as before it existed
@@ -155,8 +155,9 @@ class PipelineConfig(BaseModel):
         like any config, so an unknown field or a bad value is an error naming it.
         ``"<part>.name"`` switches the part's component (its other fields must then exist on
         the new one); a bare ``"<part>"`` with a mapping or a component config replaces the
-        whole part, e.g. ``{"sampler": {"name": "prompt_window", "window": 8}}``, and ``{"agnostic_sampler":
-        None}`` removes the query-agnostic sampler (``sampler`` then serves both modes). A new
+        whole part, e.g. ``{"sampler": {"name": "prompt_window", "window": 8}}``, and
+        ``{"agnostic_sampler": None}`` removes the query-agnostic sampler (``sampler`` then
+        serves both modes). A new
         sampler (the whole part, or ``"sampler.name"``) serves both modes too, unless the same
         changes set ``agnostic_sampler``: a pipeline whose sampler was replaced draws the
         futures it names; a field of the sampler (``"sampler.num_futures"``) changes the

@@ -91,15 +91,15 @@ def lore_kv_agnostic(
     queries: Literal["answer", "question", "both"] = "answer",
     seed: int = 0,
 ) -> PipelineConfig:
-    """LORE-KV for query-agnostic compression: futures that pose and answer a question.
+    """LORE-KV with question futures in both modes: the model poses and answers a question.
 
     LORE-KV ("Monte Carlo Estimation for KV Cache Eviction", https://arxiv.org/abs/2610.07643):
     ``lore_kv``'s scorer, aggregator and policy with the ``questions`` sampler: after the
     context, an instruction asks the model for a question about it and its answer; M futures
     each draw a question (T_q tokens) and an answer (T_a tokens), and the answer side's
-    queries are scored (``queries``). A context compressed before its question is known
-    (``compress(..., query_aware=False)``) otherwise gets futures that continue the context,
-    which keep what a prompt window keeps. The fed instruction is never a candidate, never kept
+    queries are scored (``queries``), at temperature 1: the form first measured for a context
+    compressed before its question is known (futures that continue a context keep what a
+    prompt window keeps). The fed instruction is never a candidate, never kept
     and not counted in the budget; the sampler tokenizes it, so compression needs
     ``tokenizer=``. Differs: not in the paper (which evaluates query-aware use only); measured on
     the benchmarks page ("Query-agnostic: futures that stand for the questions"): on needle

@@ -92,7 +92,7 @@ def test_the_batch_cache_holds_what_its_rows_hold(models, query_aware: bool) -> 
     window - 1 once the pending token is fed) are the sum of its rows' own."""
     ids, mask = left_padded([*PROMPTS, random_ids(4, seed=7)])  # the last row is shorter than the window
     batch = Pipeline.from_config(preset("lore_kv", 2)).compress(
-        models["gemma3"], ids, attention_mask=mask, query_aware=query_aware
+        models["gemma3"], ids, attention_mask=mask, query_aware=query_aware, tokenizer=CharTokenizer()
     )
     assert any(layer.padded and layer.window is not None for layer in batch.layers), "a padded sliding layer"
     assert batch.kept_bytes() == sum(stats.bytes_kept for stats in batch.row_stats)
@@ -146,7 +146,7 @@ def test_model_generate_continues_a_batch_and_stops_each_row_at_its_own_eos(mode
 def test_rows_of_a_compressed_batch_answer_as_in_the_batch(models) -> None:
     model, pipeline = models["gemma3"], pipeline_for("lore_kv")
     ids, mask = left_padded(PROMPTS)
-    compressed = pipeline.compress(model, ids, attention_mask=mask, query_aware=False)
+    compressed = pipeline.compress(model, ids, attention_mask=mask, query_aware=False, tokenizer=CharTokenizer())
     questions, question_mask = left_padded(QUESTIONS)
     everyone = decode_batch(model, compressed, questions, question_mask, 2)
     some = decode_batch(model, compressed.rows([3, 1]), *left_padded([QUESTIONS[3], QUESTIONS[1]]), 2)
