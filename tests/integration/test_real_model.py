@@ -72,10 +72,14 @@ def test_query_agnostic_context_then_two_questions(smollm2) -> None:
     context, question = sample.context_and_question_ids(tokenizer)
     whole = generate_full(model, torch.cat([context, question], 1), 12, eos_token_id=eos(tokenizer))
     assert sample.score(whole.text(tokenizer)) == 1.0
-    everything = Pipeline.from_config(preset("lore_kv", 4096)).compress(model, context, query_aware=False)
+    everything = Pipeline.from_config(preset("lore_kv", 4096)).compress(
+        model, context, query_aware=False, tokenizer=tokenizer
+    )
     same = decode(model, everything, question, 12, eos_token_id=eos(tokenizer))
     assert torch.equal(same.token_ids, whole.token_ids), "B >= n: the context then the question, uncompressed"
-    compressed = Pipeline.from_config(preset("lore_kv", 128)).compress(model, context, query_aware=False)
+    compressed = Pipeline.from_config(preset("lore_kv", 128)).compress(
+        model, context, query_aware=False, tokenizer=tokenizer
+    )
     first = decode(model, compressed, question, 12, eos_token_id=eos(tokenizer))
     other = tokenizer("\n\nWhat is the special magic number? It is", add_special_tokens=False, return_tensors="pt")
     decode(model, compressed, other.input_ids, 4)
