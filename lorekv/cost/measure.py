@@ -15,7 +15,7 @@ import re
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,8 +191,9 @@ class PeakMemory:
     bytes allocated at entry. CPU: torch keeps no CPU allocation statistics, so the block runs
     under ``torch.profiler`` with ``profile_memory=True``; its memory events (every allocation
     and free of torch's CPU allocator, with its size and time) are summed in time order and the
-    running maximum is the peak. A free of memory allocated before the block (e.g. a cache
-    dropped inside it) is not reported by the allocator, so the CPU peak never goes below what
+    running maximum is the peak. Only the block's own allocations and their frees count: a free
+    of memory allocated before the block (e.g. a cache dropped inside it) is left out (the
+    allocator reports it with no size, or a stale one), so the CPU peak never goes below what
     was allocated inside the block: an upper bound when the block frees older tensors, exact
     otherwise. Memory the allocator does not serve (e.g. oneDNN scratch, Python objects) is
     not seen; RSS is not used since glibc keeps freed memory mapped.
@@ -241,14 +242,43 @@ class PeakMemory:
 
 
 def _memory_events(profiler: Any) -> list[tuple[int, int]]:
-    """(time in ns, bytes: + allocated, - freed) of every CPU allocator event, in time order."""
-    events = profiler.profiler.kineto_results.events()
-    found = [
-        (e.start_ns(), int(e.nbytes()))
-        for e in events
-        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
-    ]
-    return sorted(found, key=lambda item: item[0])
+    """(time in ns, bytes) of the profiled block's own CPU allocations and frees (:func:`own_events`)."""
+    from torch._C._profiler import _EventType
+
+    return own_events(
+        (event.start_time_ns, event.extra_fields.ptr, int(event.extra_fields.alloc_size))
+        for event in _walk(profiler.profiler.kineto_results.experimental_event_tree())
+        if event.typed[0] == _EventType.Allocation and event.extra_fields.device.type == "cpu"
+    )
+
+
+def own_events(events: Iterable[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """(time, bytes: + allocated, - freed) in time order, from allocator events (time, address,
+    bytes), keeping every allocation and only the frees of addresses allocated among them.
+
+    A free at another address is left out: the allocator reports it with whatever size it last
+    recorded there, which is stale when the memory there was allocated while profiling and freed
+    after (an earlier block's tensor), so a block that frees an older tensor would otherwise
+    count a phantom free of another size.
+    """
+    live: set[int] = set()
+    found = []
+    for time, address, nbytes in sorted(events, key=lambda event: event[0]):
+        if nbytes > 0:
+            live.add(address)
+        elif address in live:
+            live.discard(address)
+        else:
+            continue
+        found.append((time, nbytes))
+    return found
+
+
+def _walk(nodes: Sequence[Any]) -> Iterator[Any]:
+    """Every node of the profiler's event tree, depth first."""
+    for node in nodes:
+        yield node
+        yield from _walk(node.children)
 
 
 def peak_of(events: Sequence[tuple[int, int]]) -> tuple[int, int]:
