@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import yaml
@@ -79,9 +79,17 @@ from lorekv.validation import check_int_at_least, describe
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+T = TypeVar("T")
+
 FAMILIES = ("sampler", "scorer", "aggregator", "policy")
 PARTS = ("sampler", "agnostic_sampler", "scorer", "aggregator", "policy")
 """The parts of a :class:`PipelineConfig`: the four families and the optional query-agnostic sampler."""
+
+
+def of_mode(sampler: T, agnostic_sampler: T | None, query_aware: bool) -> T:
+    """The sampler (component or config) that draws the futures in a mode: ``agnostic_sampler``
+    for a context compressed before its question when there is one, ``sampler`` otherwise."""
+    return sampler if query_aware or agnostic_sampler is None else agnostic_sampler
 
 
 class PipelineConfig(BaseModel):
@@ -108,8 +116,13 @@ class PipelineConfig(BaseModel):
     def _component(cls, value: Any, info: ValidationInfo) -> ComponentConfig | None:
         if value is None and info.field_name == "agnostic_sampler":
             return None
-        registry = {"scorer": SCORERS, "aggregator": AGGREGATORS, "policy": POLICIES}
-        registry |= {"sampler": SAMPLERS, "agnostic_sampler": SAMPLERS}
+        registry = {
+            "sampler": SAMPLERS,
+            "agnostic_sampler": SAMPLERS,
+            "scorer": SCORERS,
+            "aggregator": AGGREGATORS,
+            "policy": POLICIES,
+        }
         return registry[info.field_name].parse(value)
 
     @model_serializer(mode="wrap")
@@ -122,7 +135,7 @@ class PipelineConfig(BaseModel):
     def for_mode(self, query_aware: bool) -> PipelineConfig:
         """The 4-tuple that compresses in this mode: query-agnostic, ``agnostic_sampler`` (when set)
         in place of ``sampler``; no agnostic sampler left in either."""
-        sampler = self.sampler if query_aware or self.agnostic_sampler is None else self.agnostic_sampler
+        sampler = of_mode(self.sampler, self.agnostic_sampler, query_aware)
         return self.model_copy(update={"sampler": sampler, "agnostic_sampler": None})
 
     @classmethod
@@ -157,11 +170,11 @@ class PipelineConfig(BaseModel):
         the new one); a bare ``"<part>"`` with a mapping or a component config replaces the
         whole part, e.g. ``{"sampler": {"name": "prompt_window", "window": 8}}``, and
         ``{"agnostic_sampler": None}`` removes the query-agnostic sampler (``sampler`` then
-        serves both modes). A new
-        sampler (the whole part, or ``"sampler.name"``) serves both modes too, unless the same
-        changes set ``agnostic_sampler``: a pipeline whose sampler was replaced draws the
-        futures it names; a field of the sampler (``"sampler.num_futures"``) changes the
-        query-aware futures only (``"agnostic_sampler.<field>"`` the others).
+        serves both modes). A new sampler (the whole part, or ``"sampler.name"``) serves both
+        modes too, unless the same changes set ``agnostic_sampler``: a pipeline whose sampler
+        was replaced draws the futures it names; a field of the sampler
+        (``"sampler.num_futures"``) changes the query-aware futures only
+        (``"agnostic_sampler.<field>"`` the others).
         """
         data = self.model_dump()
         parts = {path.partition(".")[0] for path in changes}
@@ -307,7 +320,7 @@ class Pipeline:
     def sampler_for(self, query_aware: bool) -> Sampler:
         """The sampler that draws the futures in this mode: ``agnostic_sampler`` for a context
         compressed before its question when there is one, ``sampler`` otherwise."""
-        return self.sampler if query_aware or self.agnostic_sampler is None else self.agnostic_sampler
+        return of_mode(self.sampler, self.agnostic_sampler, query_aware)
 
     def check_input(
         self,
@@ -363,8 +376,9 @@ class Pipeline:
         :meth:`sampler_for` (the ``agnostic_sampler`` when there is one).
         ``tokenizer`` is handed to the sampler through the rollout; only samplers that feed
         text of their own need it (``kvzip``'s repeat instruction, ``questions``' instruction),
-        the others ignore it. ``answer_tokens``: positions the caller will feed after the prompt (question and
-        answer), checked with the futures against the model's context before any work.
+        the others ignore it. ``answer_tokens``: positions the caller will feed after the
+        prompt (question and answer), checked with the futures against the model's context
+        before any work.
         """
         lengths = self.check_input(
             model,
