@@ -329,20 +329,23 @@ class Pipeline:
         *,
         attention_mask: torch.Tensor | None = None,
         query_aware: bool,
-        extra: int = 0,
+        extra: int | Sequence[int] = 0,
         tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> tuple[int, ...]:
         """Validate the prompts (a left-padded batch with ``attention_mask``), the policy's budget
         and the positions the futures and the ``extra`` question/answer tokens need (both start
-        at each prompt's end), before any model work; an error names the row. Returns each
-        row's real token count."""
+        at each prompt's end; ``extra``: one count for every row, or one per row), before any
+        model work; an error names the row. Returns each row's real token count."""
         minimum = 2 if query_aware else 1
         lengths = check_batch(model, input_ids, attention_mask, min_length=minimum)
+        extras = [extra] * len(lengths) if isinstance(extra, int) else list(extra)
+        if len(extras) != len(lengths):
+            raise ValueError(f"extra must give one count per row ({len(lengths)}), got {len(extras)}")
         sampler = self.sampler_for(query_aware)
         window = sampler.prefill_window
         tail = 1 if query_aware else 0
         width = input_ids.shape[1]
-        for row, n in enumerate(lengths):
+        for row, (n, fed) in enumerate(zip(lengths, extras, strict=True)):
             where = "" if len(lengths) == 1 else f"row {row}: "
             try:
                 if window != "all" and window > n:
@@ -350,7 +353,7 @@ class Pipeline:
                 self.policy.check_budget(n - tail, tail)
                 future = sampler.future_positions(input_ids[row : row + 1, width - n :], tokenizer)
                 check_context(model, n, future, f"{sampler.config.name} future")
-                check_context(model, n, extra, "question/answer")
+                check_context(model, n, fed, "question/answer")
             except ValueError as error:
                 raise ValueError(f"{where}{error}") from None
         return lengths
@@ -364,7 +367,7 @@ class Pipeline:
         attention_mask: torch.Tensor | None = None,
         query_aware: bool = True,
         tokenizer: PreTrainedTokenizerBase | None = None,
-        answer_tokens: int = 0,
+        answer_tokens: int | Sequence[int] = 0,
     ) -> CompressedCache:
         """Prefill, sample futures, score, aggregate, select; return the compressed cache.
 
@@ -377,8 +380,8 @@ class Pipeline:
         ``tokenizer`` is handed to the sampler through the rollout; only samplers that feed
         text of their own need it (``kvzip``'s repeat instruction, ``questions``' instruction),
         the others ignore it. ``answer_tokens``: positions the caller will feed after the
-        prompt (question and answer), checked with the futures against the model's context
-        before any work.
+        prompt (question and answer; one count for every row, or one per row), checked with the
+        futures against the model's context before any work.
         """
         lengths = self.check_input(
             model,
@@ -546,16 +549,20 @@ class Pipeline:
         each round from ``compressed.rows(indices)``."""
         check_int_at_least("max_new_tokens", max_new_tokens, 1)
         check_generate_options(model, generate_kwargs)
-        questions = 0
+        answer_tokens: int | list[int] = max_new_tokens
         if question_ids is not None:
-            questions = max(check_batch(model, question_ids, question_mask, "question_ids"))
+            questions = check_batch(model, question_ids, question_mask, "question_ids")
+            rows = input_ids.shape[0] if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 else None
+            if rows is not None and len(questions) != rows:
+                raise ValueError(f"question_ids has {len(questions)} rows; input_ids has {rows} (one question per row)")
+            answer_tokens = [max_new_tokens + q for q in questions]  # each row's own question
         compressed = self.compress(
             model,
             input_ids,
             attention_mask=attention_mask,
             query_aware=question_ids is None,
             tokenizer=tokenizer,
-            answer_tokens=max_new_tokens + questions,
+            answer_tokens=answer_tokens,
         )
         return decode_batch(
             model,

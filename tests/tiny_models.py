@@ -31,9 +31,11 @@ def tiny_llama(seed: int = 0, *, kv_heads: int = 2, layers: int = 2, context: in
 GEMMA3_LAYERS = ("sliding_attention", "sliding_attention", "full_attention", "sliding_attention")
 
 
-def tiny_gemma3(seed: int = 0, *, window: int = 6, layer_types: Sequence[str] = GEMMA3_LAYERS) -> Gemma3ForCausalLM:
+def tiny_gemma3(
+    seed: int = 0, *, window: int = 6, layer_types: Sequence[str] = GEMMA3_LAYERS, context: int = 512
+) -> Gemma3ForCausalLM:
     """Hybrid Gemma 3: layers sliding, sliding, full, sliding (window ``window``; or ``layer_types``),
-    4 query / 1 KV head."""
+    4 query / 1 KV head, ``context`` positions."""
     torch.manual_seed(seed)
     config = Gemma3TextConfig(
         vocab_size=VOCAB,
@@ -45,7 +47,7 @@ def tiny_gemma3(seed: int = 0, *, window: int = 6, layer_types: Sequence[str] = 
         head_dim=8,
         sliding_window=window,
         layer_types=list(layer_types),
-        max_position_embeddings=512,
+        max_position_embeddings=context,
         eos_token_id=None,
         bos_token_id=None,
         pad_token_id=None,

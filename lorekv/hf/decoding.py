@@ -28,7 +28,7 @@ from lorekv.hf.attention import prepare
 from lorekv.hf.cache import PositionedCache
 from lorekv.hf.compressed import CompressedCache, CompressionStats
 from lorekv.hf.generation import check_options
-from lorekv.hf.inputs import check_batch, check_context, check_token_ids
+from lorekv.hf.inputs import check_batch, check_context, check_rows_context, check_token_ids
 from lorekv.hf.timing import now
 from lorekv.token_rules import TokenRule
 from lorekv.validation import check_int_at_least
@@ -152,11 +152,12 @@ def decode_batch(
         question_mask = torch.ones_like(question_ids) if question_mask is None else question_mask.long()
         ids = torch.cat([ids, question_ids.to(ids.device)], 1)
         mask = torch.cat([mask, question_mask.to(mask.device)], 1)
-        check_context(model, max(compressed.lengths) + max(lengths), max_new_tokens, "answer")
+        fed = [n + q for n, q in zip(compressed.lengths, lengths, strict=True)]
     elif ids.shape[1] == compressed.start:
         raise ValueError("nothing to decode from: a query-agnostic cache needs question_ids")
     else:
-        check_context(model, max(compressed.lengths), max_new_tokens, "answer")
+        fed = list(compressed.lengths)
+    check_rows_context(model, fed, max_new_tokens, "answer")
     prepare(model)
     start = now(ids.device)
     state = compressed.fork()

@@ -33,7 +33,7 @@ from transformers.generation.configuration_utils import GenerationMode
 from lorekv.hf.cache import PADDING
 from lorekv.hf.compressed import CompressedCache
 from lorekv.hf.context import ATTENTION_NAME, ForwardPass, active_pass, enter, leave
-from lorekv.hf.inputs import check_context
+from lorekv.hf.inputs import check_rows_context
 from lorekv.hf.introspection import layer_windows
 
 SUPPORTED_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
@@ -238,7 +238,7 @@ def check_generate(model: PreTrainedModel, cache: CompressedCache, args: tuple, 
         check_fed_mask(mask, compressed_mask, cache.start, m)
     new = config.max_new_tokens if config.max_new_tokens is not None else max(config.max_length - m, 0)
     fed = (m - cache.start) if mask is None else mask[:, cache.start :].to(compressed_mask.device).long().sum(1)
-    check_context(model, int((cache.row_positions.to(compressed_mask.device) + fed).max()), new)
+    check_rows_context(model, (cache.row_positions.to(compressed_mask.device) + fed).tolist(), new)
     return m - cache.start + new
 
 

@@ -60,6 +60,17 @@ def check_context(model: PreTrainedModel, prompt: int, extra: int, what: str = "
         )
 
 
+def check_rows_context(model: PreTrainedModel, positions: Sequence[int], extra: int, what: str = "answer") -> None:
+    """Each row of a batch on its own: row i's ``positions[i]`` (its real tokens so far, padding
+    not counted) plus ``extra`` more must fit the model's context, as ``model.generate`` checks a
+    left-padded batch. The error names the first row that does not fit (one row: no name)."""
+    for row, used in enumerate(positions):
+        try:
+            check_context(model, used, extra, what)
+        except ValueError as error:
+            raise ValueError(f"row {row}: {error}" if len(positions) > 1 else str(error)) from None
+
+
 def check_batch(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
