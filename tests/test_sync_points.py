@@ -185,3 +185,29 @@ def test_the_scalar_read_count_fails_on_a_read_per_layer_and_step(monkeypatch: p
     monkeypatch.setattr(QueryCapture, "record", reading)
     counts = {layers: scalar_reads("lore_kv", layers) for layers in (2, 5)}
     assert counts[5] - counts[2] == 3 * 3, counts  # 3 more layers, each read at each of T = 3 steps
+
+
+def generate_reads(model: torch.nn.Module, ids: torch.Tensor, steps: int, cache: Any = None) -> int:
+    """Host reads (:data:`SCALAR_READ` events and :class:`SyncCounter`'s sync points) of one greedy
+    ``model.generate`` of ``steps`` tokens, on ``cache`` (None: transformers' own)."""
+    options = {"max_new_tokens": steps, "do_sample": False, "pad_token_id": 0, "eos_token_id": []}
+    mask = torch.ones_like(ids)
+    with SyncCounter() as counter, profile(activities=[ProfilerActivity.CPU]) as prof:
+        model.generate(ids, attention_mask=mask, **({} if cache is None else {"cache": cache}), **options)
+    reads = sum(event.count for event in prof.key_averages() if event.key == SCALAR_READ)
+    return reads + len(counter.syncs)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_generate_on_a_compressed_cache_reads_the_device_no_more_per_step_than_transformers(kind: str) -> None:
+    """The decode loop after compression: per step, the same host reads as ``generate`` on
+    transformers' own cache (its stopping check), none of lorekv's (the step's positions come from the
+    attention mask checked once before the loop); a direct model call still checks its position_ids."""
+    model, ids = model_of(kind, 2), random_ids(40, seed=1)
+    compressed = Pipeline.from_config(preset("snapkv", BUDGET, window=4)).compress(model, ids)
+    ours = {steps: generate_reads(model, ids, steps, compressed.fork()) for steps in (2, 8)}
+    theirs = {steps: generate_reads(model, ids, steps) for steps in (2, 8)}
+    assert ours[8] - ours[2] == theirs[8] - theirs[2], f"reads by steps: compressed {ours}, transformers' {theirs}"
+    state = compressed.fork()
+    with pytest.raises(ValueError, match="position_ids"):
+        model(ids[:, -1:], cache=state, position_ids=torch.tensor([[ids.shape[1]]]))

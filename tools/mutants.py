@@ -265,6 +265,28 @@ def pytest_command(python: str, hypothesis_seed: int | None) -> list[str]:
     return cmd
 
 
+def test_files_nearest_first(root: Path, mutated: str) -> list[str]:
+    """Every test file under ``root/tests``, those that mirror the mutated file first.
+
+    ``lorekv/hf/cache.py`` puts ``tests/hf/`` first (the deepest folder of ``tests`` that mirrors the
+    file's package), ``lorekv/pipeline.py`` the files named ``tests/test_pipeline*.py``; then the rest in
+    pytest's own order. A killed mutant then usually fails within its own tests instead of after the
+    whole suite before them; a surviving one runs every test all the same. (pytest folds a folder given
+    beside its parent into the parent, so the files are listed one by one.)
+    """
+    tests = root / "tests"
+    files = sorted(p.relative_to(root).as_posix() for p in tests.rglob("test_*.py"))
+    package = Path(mutated).parent.parts[1:]  # lorekv/<package...>/<module>.py
+    mirror = ""
+    for depth in range(len(package), 0, -1):
+        if (tests.joinpath(*package[:depth])).is_dir():
+            mirror = "tests/" + "/".join(package[:depth]) + "/"
+            break
+    stem = f"tests/test_{Path(mutated).stem}"
+    near = [f for f in files if (mirror and f.startswith(mirror)) or (not mirror and f.startswith(stem))]
+    return near + [f for f in files if f not in near]
+
+
 _FAILURE_LINE = re.compile(r"^(FAILED|ERROR) (\S+)")
 
 
@@ -327,7 +349,7 @@ def run_mutant(m: Mutant, pristine: Path, work: Path, cmd: list[str], threads: i
         if text.count(m.find) != 1:  # validated at start-up; the snapshot cannot have changed
             raise ListError(f"{m.id}: find no longer unique in the snapshot of {m.file}")
         target.write_text(text.replace(m.find, m.replace, 1))
-        status, seconds, out = run_suite(copy, cmd, threads, timeout)
+        status, seconds, out = run_suite(copy, [*cmd, *test_files_nearest_first(copy, m.file)], threads, timeout)
     finally:
         shutil.rmtree(copy, ignore_errors=True)
     failure = "" if status == "survived" else ("(timeout)" if status == "timeout" else first_failure(out))

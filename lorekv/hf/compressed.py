@@ -125,6 +125,9 @@ class CompressedCache(PositionedCache):
         row_stats: each row's :class:`CompressionStats`; empty for a full cache.
         damaged: a model call on the cache failed midway (some layers appended, others not);
             such a cache is refused.
+        positions_checked: a ``generate`` call is continuing the cache with position ids it
+            derives from an attention mask already checked (:func:`lorekv.hf.generation.checked_generate`),
+            so its steps need no comparison of them with the cache's own.
     """
 
     def __init__(
@@ -157,6 +160,7 @@ class CompressedCache(PositionedCache):
         self.selections = tuple(selections)
         self.row_stats = tuple(row_stats)
         self.damaged = False
+        self.positions_checked = False
 
     @property
     def batch_size(self) -> int:

@@ -95,7 +95,11 @@ def _open_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> 
     counts = real.long().cumsum(1)
     positions = (cache.row_positions.to(device)[:, None] + counts - 1).masked_fill(~real, PADDING)
     given = kwargs.get("position_ids")
-    if given is not None and not torch.equal(given.reshape(batch, -1).to(device)[real], positions[real]):
+    if (
+        given is not None
+        and not cache.positions_checked
+        and bool(((given.reshape(batch, -1).to(device) != positions) & real).any())
+    ):
         got = given.reshape(-1).tolist()
         raise ValueError(
             f"position_ids {got[:3]}{'...' if len(got) > 3 else ''} do not continue the compressed cache, whose "
@@ -128,10 +132,17 @@ def checked_generate(self: PreTrainedModel, *args: Any, **kwargs: Any) -> Any:
     """transformers' ``generate``, after :func:`check_generate` when the cache passed
     (``past_key_values=`` or ``cache=``) is a :class:`CompressedCache`."""
     cache = _cache_of(kwargs)
-    if isinstance(cache, CompressedCache):
-        extra = check_generate(self, cache, args, kwargs)
-        cache.reserve(cache.batch_size, min(extra, RESERVED_TOKENS))
-    return type(self).generate(self, *args, **kwargs)
+    if not isinstance(cache, CompressedCache):
+        return type(self).generate(self, *args, **kwargs)
+    extra = check_generate(self, cache, args, kwargs)
+    cache.reserve(cache.batch_size, min(extra, RESERVED_TOKENS))
+    # generate derives each step's position_ids from the attention_mask just checked: comparing them
+    # with the cache's own at every step would read the device once a step for nothing
+    cache.positions_checked = "position_ids" not in kwargs
+    try:
+        return type(self).generate(self, *args, **kwargs)
+    finally:
+        cache.positions_checked = False
 
 
 def check_options(model: PreTrainedModel, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, dict, dict]:

@@ -12,13 +12,15 @@ Memory: :meth:`Scorer.score` converts a layer to the compute dtype once (a float
 bf16 layer's keys and values, one layer at a time), forms what the scorer needs of the prompt
 alone once (:meth:`Scorer.prompt_terms`), and hands its queries to
 :meth:`Scorer.query_scores` in chunks of futures and queries holding at most
-:data:`SCORE_CHUNK` (query, query head, key) elements, combining the per-chunk reductions
-exactly (sums then one division by T for ``mean``, a running maximum for ``max``; the futures
-are independent). Every scorer's per-query tensors (logits, weights, distances, scores) are
-then of a fixed size whatever M, T and n are (at least one query's row, H * (n+R)): the
-memory of scoring does not grow with the futures or their tokens, which is what makes scoring
-with all n prompt queries (H2O), a whole reconstructed context (KVzip) or many futures at
-32K tokens affordable.
+:func:`chunk_elements` (query, query head, key) elements (:data:`SCORE_CHUNK`, or one layer's
+prompt keys and values when they hold more), combining the per-chunk reductions exactly (sums
+then one division by T for ``mean``, a running maximum for ``max``; the futures are
+independent). Every scorer's per-query tensors (logits, weights, distances, scores) are then
+bounded whatever M and T are (at least one query's row, H * (n+R)): the memory of scoring does
+not grow with the futures or their tokens, which is what makes scoring with all n prompt
+queries (H2O), a whole reconstructed context (KVzip) or many futures at 32K tokens affordable;
+and LORE-KV's few dozen queries score a layer in one pass, its kernel launches per layer the
+same at any n.
 """
 
 from __future__ import annotations
@@ -41,8 +43,22 @@ Reduction = Literal["mean", "max"]
 
 SCORE_CHUNK = 2**22
 """Most (query, query head, key) elements :meth:`Scorer.score` gives :meth:`Scorer.query_scores`
-at once: 16 MiB per float32 per-query tensor (not a config field: the result does not depend on
+at once, or the layer's own prompt keys and values if they hold more (:func:`chunk_elements`):
+16 MiB per float32 per-query tensor at least (not a config field: the result does not depend on
 it beyond float rounding of the ``mean``'s sum). A chunk holds at least one query."""
+
+
+def chunk_elements(layer: LayerCapture) -> int:
+    """The most (query, query head, key) elements one chunk of ``layer``'s queries may hold:
+    :data:`SCORE_CHUNK`, or the elements of the layer's prompt keys and values (2 G n d) when
+    larger.
+
+    A per-query tensor as large as one layer's prompt KV is small beside the cache the prefill
+    holds (L layers of it) and grows with n as the cache does; with it a few dozen futures'
+    queries (LORE-KV's M (T + 1)) of a GQA model score a whole layer in one pass at any n (one
+    set of kernel launches per layer, not one per chunk), while H2O's n prompt queries and
+    KVzip's reconstruction are still chunked, their memory linear in n."""
+    return max(SCORE_CHUNK, 2 * layer.prompt_keys.numel())
 
 
 class ScorerConfig(ComponentConfig):
@@ -138,11 +154,11 @@ class Scorer(ABC):
 
     def score_layer(self, layer: LayerCapture) -> torch.Tensor:
         """(M, G, n) the reduced scores of one layer, its futures and queries scored in chunks
-        of at most :data:`SCORE_CHUNK` elements (see the module docstring)."""
+        of at most :func:`chunk_elements` elements (see the module docstring)."""
         layer = layer.to(compute_dtype(layer))
         terms = self.prompt_terms(layer)
         m, h, t, _ = layer.queries.shape
-        rows = max(1, SCORE_CHUNK // (h * max(layer.num_keys, 1)))
+        rows = max(1, chunk_elements(layer) // (h * max(layer.num_keys, 1)))
         if m * t <= rows:
             return self.reduce(self._query_scores(layer, terms), layer)
         mean = self.config.query_reduction == "mean"

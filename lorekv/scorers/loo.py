@@ -232,15 +232,17 @@ def dominant_scores(
 def gram_norms(prompt_values: torch.Tensor, grouped_gram: torch.Tensor) -> torch.Tensor:
     """(G, group, n) u_j^T G_h u_j for every query head h of each KV head and every prompt token.
 
-    G_h u_j, (H, n, d) at once (several times one layer's values), is formed over blocks of at
-    most :data:`~lorekv.scorers.base.SCORE_CHUNK` elements, never whole.
+    G_h u_j, (H, n, d) at once (group / 2 times one layer's keys and values), is formed over blocks of
+    at most :data:`~lorekv.scorers.base.SCORE_CHUNK` elements or the layer's keys and values
+    (2 G n d, as :func:`~lorekv.scorers.base.chunk_elements`), whichever is larger: a few blocks
+    whatever n is.
 
     Args:
         prompt_values: (G, n, d) u_j.
         grouped_gram: (G, group, d, d) G_h for h = g * group + r.
     """
     g, r, d, _ = grouped_gram.shape
-    block = max(1, base.SCORE_CHUNK // (g * r * d))
+    block = max(1, max(base.SCORE_CHUNK, 2 * prompt_values.numel()) // (g * r * d))
     if prompt_values.shape[1] <= block:
         return _gram_norms(prompt_values, grouped_gram)
     return _blocked_gram_norms(prompt_values, grouped_gram, block)
