@@ -11,49 +11,18 @@ futures (decoded and scored together); only the future steps T add a step's laun
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 
 import pytest
 import torch
 from strategies import CaptureDims, make_capture, make_trajectories
 from tiny_models import CharTokenizer, random_ids, tiny_gemma3, tiny_llama
-from torch.profiler import ProfilerActivity, profile
 
 import lorekv.scorers.base as scorer_base
+from lorekv.cost.measure import kernel_launches
 from lorekv.pipeline import Pipeline
 from lorekv.presets import preset
 from lorekv.scorers import SCORERS
-
-NO_KERNEL = {
-    "aten::" + name
-    for name in (
-        "as_strided as_strided_ view reshape _reshape_alias _unsafe_view slice select narrow transpose t permute "
-        "unsqueeze squeeze expand expand_as view_as flatten unflatten split chunk unbind movedim alias detach "
-        "resolve_conj resolve_neg result_type promote_types empty empty_like empty_strided new_empty lift_fresh "
-        "size stride sym_size is_same_size contiguous to matmul linear einsum softmax linalg_vecdot dropout "
-        "scaled_dot_product_attention max_pool1d item _local_scalar_dense is_nonzero equal"
-    ).split()
-}
-"""Operators that launch no kernel of their own: views, allocations, and composites whose work is
-counted in the operators they call (matmul in mm/bmm, softmax in _softmax, ...)."""
-
-
-def launches(run) -> Counter[str]:
-    """The kernel-launching operators ``run()`` calls, by name: every aten operator not in
-    :data:`NO_KERNEL` that no other such operator called."""
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        run()
-    counted: Counter[str] = Counter()
-    for event in prof.events():
-        if not event.name.startswith("aten::") or event.name in NO_KERNEL:
-            continue
-        parent = event.cpu_parent
-        while parent is not None and (not parent.name.startswith("aten::") or parent.name in NO_KERNEL):
-            parent = parent.cpu_parent
-        if parent is None:
-            counted[event.name] += 1
-    return counted
 
 
 def compression_launches(name: str, kind: str, layers: int, n: int, futures: int = 2, tokens: int = 3) -> int:
@@ -65,7 +34,7 @@ def compression_launches(name: str, kind: str, layers: int, n: int, futures: int
         model = tiny_gemma3(layer_types=("sliding_attention", "full_attention") * (layers // 2))
     ids = random_ids(n, seed=1)
     pipeline.compress(model, ids, tokenizer=CharTokenizer())  # warm-up: first-call work is not per compression
-    return sum(launches(lambda: pipeline.compress(model, ids, tokenizer=CharTokenizer())).values())
+    return sum(kernel_launches(lambda: pipeline.compress(model, ids, tokenizer=CharTokenizer())).values())
 
 
 @pytest.mark.parametrize(("name", "kind"), [("lore_kv", "llama"), ("lore_kv", "gemma3"), ("snapkv", "llama")])
@@ -102,3 +71,28 @@ def test_a_layer_whose_queries_fit_its_prompt_kv_is_scored_in_one_pass(name: str
     many = replace(layer, **more)
     scorer.score(make_trajectories((many,)))
     assert len(calls) > 1, "32 futures' queries hold more than the layer's prompt KV: chunked"
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_a_decode_step_on_a_compressed_cache_launches_what_transformers_step_does(kind: str) -> None:
+    """Per ``generate`` step, the compressed cache launches at most one kernel more per layer (the
+    position of the slot it appends) and one per step (the rows' next positions) than transformers'
+    own cache of the whole prompt: no mask, no position arithmetic beyond that."""
+    layers = 4
+    hybrid = ("sliding_attention", "full_attention") * (layers // 2)
+    model = tiny_llama(layers=layers) if kind == "llama" else tiny_gemma3(layer_types=hybrid)
+    ids = random_ids(40, seed=2)
+    compressed = Pipeline.from_config(preset("snapkv", 12, window=4)).compress(model, ids)
+
+    def step_launches(cache) -> float:
+        def generate(steps: int) -> None:
+            options = {} if cache is None else {"cache": cache.fork()}
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=steps, do_sample=False,
+                           pad_token_id=0, eos_token_id=[], **options)  # fmt: skip
+
+        return (
+            sum(kernel_launches(lambda: generate(7)).values()) - sum(kernel_launches(lambda: generate(1)).values())
+        ) / 6
+
+    ours, theirs = step_launches(compressed), step_launches(None)
+    assert ours <= theirs + layers + 1, f"launches per decode step: compressed {ours}, transformers' {theirs}"

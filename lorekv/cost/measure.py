@@ -1,5 +1,6 @@
 """Measuring instruments: repeated timings with their medians, differenced decode timings,
-a peak-memory meter of torch's own allocations, and the fitted growth exponent.
+a peak-memory meter of torch's own allocations, the fitted growth exponent, and a count of the
+operators that would launch a kernel on a device.
 
 Every timing keeps its raw runs: the warm-up call (``first``, which pays any compilation)
 and the ``repeats`` timed calls after it, whose median is the figure reported.
@@ -15,6 +16,7 @@ import re
 import statistics
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -312,3 +314,39 @@ def _quiet_stderr() -> Iterator[None]:
             kept = [line for line in lines if not _PROFILER_NOISE.search(line)]
             if kept:
                 print("\n".join(kept), file=sys.stderr)
+
+
+NO_KERNEL = frozenset(
+    "aten::" + name
+    for name in (
+        "as_strided as_strided_ view reshape _reshape_alias _unsafe_view slice select narrow transpose t permute "
+        "unsqueeze squeeze expand expand_as view_as flatten unflatten split chunk unbind movedim alias detach "
+        "resolve_conj resolve_neg result_type promote_types empty empty_like empty_strided new_empty lift_fresh "
+        "size stride sym_size is_same_size contiguous to matmul linear einsum softmax linalg_vecdot dropout "
+        "scaled_dot_product_attention max_pool1d item _local_scalar_dense is_nonzero equal"
+    ).split()
+)
+"""Operators that launch no kernel of their own: views, allocations, and composites whose work is
+counted in the operators they call (``matmul`` in ``mm``/``bmm``, ``softmax`` in ``_softmax``, ...)."""
+
+
+def kernel_launches(run: Callable[[], Any]) -> Counter[str]:
+    """The operators ``run()`` calls that would each launch a kernel on a device, by name.
+
+    Every aten operator outside :data:`NO_KERNEL` that no other such operator called, recorded with
+    torch.profiler (on the CPU: the count is the device's launch count, whatever runs faster here).
+    A launch-bound device step costs in proportion to it, which is why the cost benchmark's GPU
+    findings can be checked on a CPU first.
+    """
+    with _quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        run()
+    counted: Counter[str] = Counter()
+    for event in prof.events():
+        if not event.name.startswith("aten::") or event.name in NO_KERNEL:
+            continue
+        parent = event.cpu_parent
+        while parent is not None and (not parent.name.startswith("aten::") or parent.name in NO_KERNEL):
+            parent = parent.cpu_parent
+        if parent is None:
+            counted[event.name] += 1
+    return counted

@@ -91,24 +91,26 @@ def _open_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> 
     device = module.device if isinstance(module, PreTrainedModel) else tokens.device
     mask = kwargs.get("attention_mask")
     padded = mask is not None and mask.dim() == 2 and (batch > 1 or cache.extended == 0) and length > 1
-    real = mask[:, -length:].to(device).bool() if padded else torch.ones(batch, length, dtype=torch.bool, device=device)
-    counts = real.long().cumsum(1)
-    positions = (cache.row_positions.to(device)[:, None] + counts - 1).masked_fill(~real, PADDING)
+    starts = cache.row_positions.to(device)[:, None]
+    if padded:
+        real = mask[:, -length:].to(device).bool()
+        positions = (starts + real.long().cumsum(1) - 1).masked_fill(~real, PADDING)
+    else:  # a decode step: no work beyond the row's next position
+        real = None
+        positions = starts if length == 1 else starts + torch.arange(length, device=device)
     given = kwargs.get("position_ids")
-    if (
-        given is not None
-        and not cache.positions_checked
-        and bool(((given.reshape(batch, -1).to(device) != positions) & real).any())
-    ):
-        got = given.reshape(-1).tolist()
-        raise ValueError(
-            f"position_ids {got[:3]}{'...' if len(got) > 3 else ''} do not continue the compressed cache, whose "
-            f"rows continue at positions {cache.row_positions.tolist()} (pass input_ids that start with the "
-            "compressed prompts, and their attention_mask)"
-        )
+    if given is not None and not cache.positions_checked:
+        differ = given.reshape(batch, -1).to(device) != positions
+        if bool((differ if real is None else differ & real).any()):
+            got = given.reshape(-1).tolist()
+            raise ValueError(
+                f"position_ids {got[:3]}{'...' if len(got) > 3 else ''} do not continue the compressed cache, "
+                f"whose rows continue at positions {cache.row_positions.tolist()} (pass input_ids that start with "
+                "the compressed prompts, and their attention_mask)"
+            )
     forward_pass = ForwardPass(cache, positions, padded=padded, owner=module)
     enter(forward_pass)
-    return args, {**kwargs, "position_ids": positions.clamp(min=0)}
+    return args, {**kwargs, "position_ids": positions.clamp(min=0) if padded else positions}
 
 
 def _close_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
@@ -122,10 +124,10 @@ def _close_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], ou
     if output is None:
         cache.damaged = True
     else:
-        cache.next_position += current.query_positions.shape[1]
-        cache.row_positions = cache.row_positions.to(current.query_positions.device) + (
-            current.query_positions != PADDING
-        ).sum(1)
+        fed = current.query_positions.shape[1]
+        real = (current.query_positions != PADDING).sum(1) if current.padded else fed
+        cache.next_position += fed
+        cache.row_positions = cache.row_positions.to(current.query_positions.device) + real
 
 
 def checked_generate(self: PreTrainedModel, *args: Any, **kwargs: Any) -> Any:
