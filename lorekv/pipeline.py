@@ -407,7 +407,9 @@ class Pipeline:
             futures = sampler.futures_batch(batch)
         with timer.phase("scoring"):
             scored = [self.score(t, row.candidates) for t, row in zip(futures, batch.rows, strict=True)]
-        return self.select_rows(batch.rows, scored, seconds=timer.seconds)
+        compressed = self.select_rows(batch.rows, scored, seconds=timer.seconds)
+        compressed.method = self.config.for_mode(query_aware).model_dump(mode="json")
+        return compressed
 
     def prefill(
         self,

@@ -13,7 +13,9 @@ without.
 This module is the one place above the binding that imports transformers: a transformers
 ``Pipeline`` subclass that builds a lorekv :class:`~lorekv.pipeline.Pipeline` needs both.
 Answers are decoded by ``model.generate`` on forks of the compressed cache
-(:func:`lorekv.hf.decoding.decode`), so every generate option passes through.
+(:func:`lorekv.hf.decoding.decode`; several questions in one batched call, each row a copy of the
+compressed context: :func:`lorekv.hf.decoding.decode_batch`), so every generate option passes
+through.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from transformers import AutoModelForCausalLM
 from transformers import Pipeline as TransformersPipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
-from lorekv.hf import CompressedCache, check_generate_options, decode, generate_full
+from lorekv.hf import CompressedCache, check_generate_options, decode, decode_batch, generate_full, left_pad
 from lorekv.models import SPLIT, chat_text, encode, encode_split, end_of_turn_ids
 from lorekv.pipeline import Pipeline, PipelineConfig
 
@@ -158,7 +160,12 @@ class TextGenerationPipeline(TransformersPipeline):
         compressed: CompressedCache = pipeline.compress(
             model, context, query_aware=False, tokenizer=self.tokenizer, answer_tokens=longest + max_new_tokens
         )
-        answers = [decode(model, compressed, q, max_new_tokens, eos_token_id=eos, **options) for q in questions]
+        if len(questions) == 1 or "streamer" in options:  # transformers' streamers take one row
+            answers = [decode(model, compressed, q, max_new_tokens, eos_token_id=eos, **options) for q in questions]
+        else:  # every question in one generate call, each on its own copy of the compressed context
+            ids, mask = left_pad(questions)
+            rows = compressed.rows([0] * len(questions))
+            answers = decode_batch(model, rows, ids, mask, max_new_tokens, eos_token_id=eos, **options)
         return {"generations": answers, "stats": compressed.stats}
 
     def postprocess(self, outputs: dict[str, Any], single: bool = True) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import transformers
 from tiny_models import tiny_llama, word_tokenizer
 
 import lorekv
-from lorekv import Pipeline, decode, generate_full, preset
+from lorekv import Pipeline, decode, generate_full, preset, text_generation
 from lorekv.models import encode, encode_split
 from lorekv.text_generation import TASK, TextGenerationPipeline
 
@@ -40,11 +40,14 @@ def expected_ids(tokenizer, question: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_several_questions_from_one_compression(pipe, monkeypatch) -> None:
-    compressions = []
+    compressions, batches = [], []
     original = Pipeline.compress
     monkeypatch.setattr(Pipeline, "compress", lambda self, *a, **k: compressions.append(1) or original(self, *a, **k))
+    batch = text_generation.decode_batch
+    monkeypatch.setattr(text_generation, "decode_batch", lambda *a, **k: batches.append(a[2].shape) or batch(*a, **k))
     out = pipe(CONTEXT, questions=QUESTIONS, method=METHOD, max_new_tokens=5, eos_token_id=[])
     assert compressions == [1], "one compression for both questions"
+    assert len(batches) == 1 and batches[0][0] == 2, "both questions in one generate call, one row each"
     assert set(out) == {"answers", "stats"} and len(out["answers"]) == 2
     assert out["stats"].prompt_tokens == out["stats"].candidate_tokens, "query-agnostic by default"
     model, tokenizer = pipe.model, pipe.tokenizer

@@ -13,6 +13,7 @@
   place the fed tokens, and the up-front refusal of what it cannot continue).
 - :mod:`~lorekv.hf.decoding`: conveniences over ``model.generate`` (decoding from a compressed
   cache, the full-cache baseline).
+- :mod:`~lorekv.hf.storage`: a compressed cache saved to and loaded from a safetensors file.
 - :mod:`~lorekv.hf.timing`: device-synchronised clocks and transformers' own prefill time.
 
 Only this package and :mod:`lorekv.models` import transformers.
@@ -32,6 +33,7 @@ from lorekv.hf.decoding import (
 from lorekv.hf.inputs import check_batch, check_context, check_token_ids, left_pad
 from lorekv.hf.introspection import check_supported, evictable_layers, layer_types, max_positions
 from lorekv.hf.rollout import BatchRollout, ModelRollout
+from lorekv.hf.storage import load_compressed, model_fingerprint, save_compressed
 from lorekv.hf.timing import PhaseTimer, now, reference_prefill_seconds
 
 __all__ = [
@@ -61,10 +63,13 @@ __all__ = [
     "generate_full",
     "layer_types",
     "left_pad",
+    "load_compressed",
     "max_positions",
+    "model_fingerprint",
     "now",
     "prepare",
     "reference_prefill_seconds",
     "register",
+    "save_compressed",
     "using_sdpa",
 ]

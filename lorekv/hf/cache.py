@@ -319,15 +319,12 @@ def _read_total(parts: Sequence[int | torch.Tensor]) -> int:
     return total + sum(int(torch.stack(tensors).sum()) for tensors in by_device.values())
 
 
-def gather(source: PositionedCache, selection: Selection, *, limit: int | None = None) -> PositionedCache:
+def gather(source: PositionedCache, selection: Selection) -> PositionedCache:
     """A new cache with the selected entries of evicted layers and the other layers' entries as
-    they are (sharing their tensors), or, with ``limit``, their entries at positions < ``limit``.
+    they are (sharing their tensors).
 
     Heads of one layer that keep different counts are padded to the longest (position -1,
-    masked by the lorekv attention function). Without ``limit`` nothing is read on the host;
-    a ``limit`` masks each non-evicted layer by position, a data-dependent shape (one host
-    synchronisation per such layer on an accelerator): leave it out when every position of
-    ``source`` is below it anyway (a prefill's cache of the candidates).
+    masked by the lorekv attention function). Nothing is read on the host.
     """
     out = PositionedCache([layer.window for layer in source.layers])
     row = {layer_idx: i for i, layer_idx in enumerate(selection.layer_indices)}
@@ -345,10 +342,6 @@ def gather(source: PositionedCache, selection: Selection, *, limit: int | None =
                 positions.unsqueeze(0),
                 padded=ragged,
             )
-        elif limit is None:
-            if src.is_initialized:
-                dst.set(src.keys, src.values, src.positions, padded=src.padded)
-        else:
-            keep = src.positions[0, 0] < limit
-            dst.set(src.keys[:, :, keep], src.values[:, :, keep], src.positions[:, :, keep], padded=src.padded)
+        elif src.is_initialized:
+            dst.set(src.keys, src.values, src.positions, padded=src.padded)
     return out

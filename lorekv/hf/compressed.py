@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from lorekv.hf.cache import PositionedCache
 from lorekv.scores import Selection
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,9 @@ class CompressedCache(PositionedCache):
         row_positions: (b,) long, the position the next real token of each row takes.
         selections: each row's kept candidates per (evicted layer, KV head); empty for a full cache.
         row_stats: each row's :class:`CompressionStats`; empty for a full cache.
+        method: the pipeline config that compressed it, in its JSON form (``PipelineConfig``'s
+            ``model_dump(mode="json")`` for the mode it compressed in), when known: saved with the
+            cache (:func:`lorekv.hf.storage.save_compressed`); None otherwise.
         damaged: a model call on the cache failed midway (some layers appended, others not);
             such a cache is refused.
         positions_checked: a ``generate`` call is continuing the cache with position ids it
@@ -139,6 +147,7 @@ class CompressedCache(PositionedCache):
         row_stats: Sequence[CompressionStats] = (),
         *,
         attention_mask: torch.Tensor | None = None,
+        method: dict | None = None,
     ) -> None:
         super().__init__([layer.window for layer in cache.layers])
         b, width = prompt_ids.shape
@@ -159,6 +168,7 @@ class CompressedCache(PositionedCache):
         self.row_positions = self.attention_mask[:, :start].sum(1)
         self.selections = tuple(selections)
         self.row_stats = tuple(row_stats)
+        self.method = method
         self.damaged = False
         self.positions_checked = False
 
@@ -237,6 +247,21 @@ class CompressedCache(PositionedCache):
     def batch_select_indices(self, indices: torch.Tensor) -> None:  # type: ignore[override]
         raise NotImplementedError("a compressed cache is not reshaped in place: take compressed.rows(indices)")
 
+    def save(self, path: str | Path, model: PreTrainedModel) -> Path:
+        """Write this fresh compression of ``model`` to a safetensors file
+        (:func:`lorekv.hf.storage.save_compressed`)."""
+        from lorekv.hf.storage import save_compressed
+
+        return save_compressed(self, path, model)
+
+    @classmethod
+    def load(cls, path: str | Path, model: PreTrainedModel) -> CompressedCache:
+        """The cache saved in ``path`` by :meth:`save`, on ``model``
+        (:func:`lorekv.hf.storage.load_compressed`): refused for another model or a damaged file."""
+        from lorekv.hf.storage import load_compressed
+
+        return load_compressed(path, model)
+
     def fork(self) -> CompressedCache:
         """An independent continuation point sharing this one's tensors: ``generate`` (or any
         feed) on the fork leaves this one intact, so one compression answers several questions."""
@@ -247,6 +272,7 @@ class CompressedCache(PositionedCache):
             self.selections,
             self.row_stats,
             attention_mask=self.attention_mask,
+            method=self.method,
         )
         out.next_position = self.next_position
         out.row_positions = self.row_positions.clone()
@@ -272,6 +298,7 @@ class CompressedCache(PositionedCache):
             [self.selections[i] for i in indices] if self.selections else (),
             [self.row_stats[i] for i in indices] if self.row_stats else (),
             attention_mask=self.attention_mask[indices],
+            method=self.method,
         )
         out.next_position = self.next_position
         out.row_positions = self.row_positions[indices].clone()
