@@ -9,6 +9,7 @@ on a model, :class:`PipelineConfig` is its YAML/JSON form, :func:`preset` builds
 methods by name, :func:`load` loads a model and its tokenizer, :func:`decode` answers from a
 compressed cache and :func:`generate_full` is the full-cache baseline. A compressed cache is a
 transformers ``Cache``: ``model.generate(input_ids, past_key_values=compressed)`` continues it.
+:func:`save_compressed` and :func:`load_compressed` keep a compressed context in a file.
 :func:`register_text_generation` registers the ``"lorekv-text-generation"`` transformers
 pipeline (:class:`TextGenerationPipeline`: a context and questions in, answers out).
 
@@ -33,6 +34,8 @@ _EXPORTS = {
     "generate_full": "lorekv.hf",
     "CompressedCache": "lorekv.hf",
     "CompressionStats": "lorekv.hf",
+    "save_compressed": "lorekv.hf",
+    "load_compressed": "lorekv.hf",
     "Generation": "lorekv.hf",
     "TextGenerationPipeline": "lorekv.text_generation",
     "register_text_generation": "lorekv.text_generation",
@@ -49,12 +52,22 @@ __all__ = [
     "decode",
     "generate_full",
     "load",
+    "load_compressed",
     "preset",
     "register_text_generation",
+    "save_compressed",
 ]
 
 if TYPE_CHECKING:
-    from lorekv.hf import CompressedCache, CompressionStats, Generation, decode, generate_full
+    from lorekv.hf import (
+        CompressedCache,
+        CompressionStats,
+        Generation,
+        decode,
+        generate_full,
+        load_compressed,
+        save_compressed,
+    )
     from lorekv.models import load
     from lorekv.pipeline import Pipeline, PipelineConfig
     from lorekv.presets import PRESETS, preset

@@ -382,6 +382,31 @@ def laq(
     )  # fmt: skip
 
 
+def expected_attention(budget: int, horizon: int = 512, sink: int = 4) -> PipelineConfig:
+    """Expected Attention: the attention a Gaussian model of the future queries expects, times ||v||.
+
+    "Expected Attention: KV Cache Compression by Estimating Attention from Future Queries
+    Distribution", https://arxiv.org/abs/2510.00636. As kvpress's ``ExpectedAttentionPress``
+    (its defaults): the mean and covariance of the prompt's queries before RoPE (all but the
+    first ``sink``), rotated by RoPE averaged over the next ``horizon`` positions; each key's
+    score is the softmax over the keys of the expected log-attention s μ'.k + s² kᵀΣ'k / 2,
+    averaged over the query heads of its KV head, times ||v||; the ``sink`` first tokens are kept
+    (kvpress gives them the largest score; lorekv also protects them in the policy, so they
+    count in the budget as there); a uniform B per KV head (kvpress's per-head top-k). Differs:
+    the statistics come from the model's own queries (bias and query norm included, where
+    kvpress multiplies the layer's input by W_q), the scale is the layer's own; no extra pass:
+    the prefill captures every prompt query (the ``prompt_window("all")`` sampler), the scorer
+    reduces them to a mean and a covariance per head. Query-agnostic, its statistics are the
+    context's; query-aware, the question's queries are among them.
+    """
+    return PipelineConfig(
+        sampler={"name": "prompt_window", "window": "all"},
+        scorer={"name": "expected_attention", "horizon": horizon, "sink": sink},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget, "sink": sink},
+    )
+
+
 PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "lore_kv": lore_kv,
     "lore_kv_agnostic": lore_kv_agnostic,
@@ -397,6 +422,7 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "kvzip": kvzip,
     "knorm": knorm,
     "random": random,
+    "expected_attention": expected_attention,
 }
 
 

@@ -8,7 +8,7 @@ teacher-forced futures, 0 for the prompt-window control), d head dim, D hidden s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -45,6 +45,10 @@ class LayerCapture:
             range, lo >= hi, adds nothing). None (the default): causal by position. Compact,
             O(T * S), and sliceable by query, so a scorer that processes queries in chunks only
             ever materialises a chunk's rows of the (T, n+R) mask.
+        rotary: positions (P,) long -> (cos, sin), each (P, d) float32: the layer's own rotary
+            position embedding (RoPE) tables, query q at position p being stored as
+            ``q * cos[p] + rotate_half(q) * sin[p]``; None when not known (a capture built by
+            hand). Scorers that model future positions (Expected Attention) need it.
     """
 
     layer_idx: int
@@ -57,6 +61,7 @@ class LayerCapture:
     o_proj: torch.Tensor
     scaling: float
     visible_spans: torch.Tensor | None = None
+    rotary: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __post_init__(self) -> None:
         m, h, t, d = self.queries.shape

@@ -104,7 +104,21 @@ def make_capture(
         response_values=normal(m, g, r, d),
         o_proj=normal(big_d, h * d),
         scaling=d**-0.5,
+        rotary=rope_tables(d) if d % 2 == 0 else None,  # RoPE pairs coordinates: no tables for an odd d
     )
+
+
+def rope_tables(head_dim: int, base: float = 10000.0):
+    """Positions (P,) -> (cos, sin) (P, d) float32: the standard rotary tables (Llama's, half-split),
+    for captures built by hand (:attr:`LayerCapture.rotary`)."""
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+
+    def tables(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = positions.float()[:, None] * inv_freq.to(positions.device)
+        angles = torch.cat([angles, angles], dim=-1)
+        return angles.cos(), angles.sin()
+
+    return tables
 
 
 @st.composite

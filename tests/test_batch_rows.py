@@ -103,7 +103,8 @@ def rows_of(lengths: list[int], seed: int) -> list[torch.Tensor]:
 
 
 def assert_same(got: object, want: object, where: str) -> None:
-    """Equal futures: tensors to 1e-9 (float) or exactly, dataclasses field by field."""
+    """Equal futures: tensors to 1e-9 (float) or exactly, dataclasses field by field, functions
+    (the rotary tables) by their values."""
     if isinstance(want, torch.Tensor):
         assert isinstance(got, torch.Tensor) and got.shape == want.shape, f"{where}: shape"
         if want.dtype.is_floating_point:
@@ -114,6 +115,9 @@ def assert_same(got: object, want: object, where: str) -> None:
         assert type(got) is type(want), where
         for field in dataclasses.fields(want):
             assert_same(getattr(got, field.name), getattr(want, field.name), f"{where}.{field.name}")
+    elif callable(want):  # the rotary tables: the same on a few positions
+        assert callable(got), where
+        assert_same(got(torch.arange(4)), want(torch.arange(4)), f"{where}(positions)")
     elif isinstance(want, tuple):
         assert isinstance(got, tuple) and len(got) == len(want), f"{where}: length"
         for i, (g, w) in enumerate(zip(got, want, strict=True)):

@@ -197,3 +197,85 @@ def test_critical_kv_equals_the_two_stage_reference(query_aware: bool, budget: i
         assert kept(snap) == kept(compressed), "stage 1 alone is SnapKV"
     elif ratio == 0.5:
         assert kept(snap) != kept(compressed), "test needs a stage 2 that changes the selection"
+
+
+# ---------------------------------------------------------------------------------------------
+# Expected Attention
+
+
+@torch.no_grad()
+def expected_attention_scores(model, ids: torch.Tensor, layer: int, horizon: int, sink: int) -> torch.Tensor:
+    """kvpress ExpectedAttentionPress's rule, from the layer's input and weights, float64, with loops
+    (the keys and values W_k h, W_v h too, the keys rotated by the model's RoPE tables: the eager
+    attention of :mod:`recording` rounds its softmax to float32, too coarse for 1e-9 here):
+    the queries W_q h of the prompt's hidden states after the first ``sink`` (pre-RoPE), their mean
+    and population covariance per head; RoPE's rotation matrix built for every one of the next
+    ``horizon`` positions from the model's rotary tables and averaged; per head the softmax over the
+    non-sink keys of mu'.k / sqrt(d) + k' Sigma' k / (2 d); mean over the group; times ||v||; the
+    sinks given the layer's largest score. Returns (G, n)."""
+    inputs = {}
+    attention = model.model.layers[layer].self_attn
+    handle = attention.register_forward_pre_hook(
+        lambda module, args, kwargs: inputs.update(h=kwargs["hidden_states"]), with_kwargs=True
+    )
+    with torch.no_grad():
+        model(ids)
+    handle.remove()
+    hidden = inputs["h"][0].double()  # (n, D), the layer's input
+    h = hidden[sink:]
+    heads, d = model.config.num_attention_heads, attention.head_dim
+    wq = attention.q_proj.weight.double()  # (H d, D)
+    mean_h = h.mean(dim=0)
+    centred = h - mean_h
+    cov_h = centred.T @ centred / h.shape[0]
+    n = ids.shape[1]
+    cos, sin = model.model.rotary_emb(h, torch.arange(n, n + horizon)[None])
+    rotation = torch.zeros(d, d, dtype=torch.float64)
+    for p in range(horizon):
+        r = torch.zeros(d, d, dtype=torch.float64)
+        for i in range(d // 2):  # the plane (i, i + d/2) turned by the position's angle
+            c, s = float(cos[0, p, i]), float(sin[0, p, i])
+            r[i, i], r[i, i + d // 2], r[i + d // 2, i], r[i + d // 2, i + d // 2] = c, -s, s, c
+        rotation += r / horizon
+    kv_heads = model.config.num_key_value_heads
+    keys = (hidden @ attention.k_proj.weight.double().T).view(n, kv_heads, d).transpose(0, 1)  # (G, n, d)
+    values = (hidden @ attention.v_proj.weight.double().T).view(n, kv_heads, d).transpose(0, 1)
+    cos_p, sin_p = model.model.rotary_emb(hidden, torch.arange(n)[None])  # RoPE at the keys' positions
+    keys = keys * cos_p[0] + torch.cat([-keys[..., d // 2 :], keys[..., : d // 2]], dim=-1) * sin_p[0]
+    group = heads // kv_heads
+    out = torch.zeros(keys.shape[0], n, dtype=torch.float64)
+    for head in range(heads):
+        w = wq[head * d : (head + 1) * d]
+        mu = rotation @ (w @ mean_h)
+        sigma = rotation @ (w @ cov_h @ w.T) @ rotation.T
+        g = head // group
+        logits = [float(mu @ keys[g, j]) / math.sqrt(d) + float(keys[g, j] @ sigma @ keys[g, j]) / d / 2
+                  for j in range(sink, n)]  # fmt: skip
+        probabilities = torch.softmax(torch.tensor(logits, dtype=torch.float64), dim=0)
+        out[g, sink:] += probabilities / group
+    out[:, sink:] *= torch.linalg.vector_norm(values[:, sink:], dim=-1)
+    out[:, :sink] = out[:, sink:].max()
+    return out
+
+
+@MODES
+def test_expected_attention_follows_kvpress_rule_on_the_models_own_hidden_states(query_aware: bool) -> None:
+    """The scores (to 1e-9 against the brute force above, through a lorekv pipeline's scorer on its
+    own captures) and the kept sets: per KV head the sinks and the C - sink top scores."""
+    model, ids, _ = setup(5)
+    budget, horizon, sink = 15, 37, 4
+    pipeline = Pipeline.from_config(preset("expected_attention", budget, horizon=horizon, sink=sink))
+    rollout = pipeline.prefill(model, ids, query_aware=query_aware)
+    futures = pipeline.sampler_for(query_aware).futures_batch(rollout)[0]
+    got = pipeline.scorer.score(futures)[0]  # (L, G, n)
+    compressed = pipeline.compress(model, ids, query_aware=query_aware)
+    candidates = N - 1 if query_aware else N
+    for i, layer in enumerate(evictable_layers(model)):
+        want = expected_attention_scores(model, ids, layer, horizon, sink)
+        torch.testing.assert_close(got[i].double(), want, rtol=1e-9, atol=1e-12)
+        expected = [
+            set(range(sink)) | {sink + j for j in top(want[g, sink:candidates], budget - sink)}
+            for g in range(want.shape[0])
+        ]
+        assert kept(compressed)[i] == expected
+    assert any(heads[0] != heads[1] for heads in kept(compressed)), "test needs heads that keep different tokens"

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from lorekv.hf.cache import PositionedCache
 from lorekv.scores import Selection
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -130,7 +125,9 @@ class CompressedCache(PositionedCache):
         row_stats: each row's :class:`CompressionStats`; empty for a full cache.
         method: the pipeline config that compressed it, in its JSON form (``PipelineConfig``'s
             ``model_dump(mode="json")`` for the mode it compressed in), when known: saved with the
-            cache (:func:`lorekv.hf.storage.save_compressed`); None otherwise.
+            cache (:func:`lorekv.hf.storage.save_compressed`); None otherwise. A compression is
+            saved to a file and loaded back by :func:`~lorekv.hf.storage.save_compressed` and
+            :func:`~lorekv.hf.storage.load_compressed`.
         damaged: a model call on the cache failed midway (some layers appended, others not);
             such a cache is refused.
         positions_checked: a ``generate`` call is continuing the cache with position ids it
@@ -246,21 +243,6 @@ class CompressedCache(PositionedCache):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:  # type: ignore[override]
         raise NotImplementedError("a compressed cache is not reshaped in place: take compressed.rows(indices)")
-
-    def save(self, path: str | Path, model: PreTrainedModel) -> Path:
-        """Write this fresh compression of ``model`` to a safetensors file
-        (:func:`lorekv.hf.storage.save_compressed`)."""
-        from lorekv.hf.storage import save_compressed
-
-        return save_compressed(self, path, model)
-
-    @classmethod
-    def load(cls, path: str | Path, model: PreTrainedModel) -> CompressedCache:
-        """The cache saved in ``path`` by :meth:`save`, on ``model``
-        (:func:`lorekv.hf.storage.load_compressed`): refused for another model or a damaged file."""
-        from lorekv.hf.storage import load_compressed
-
-        return load_compressed(path, model)
 
     def fork(self) -> CompressedCache:
         """An independent continuation point sharing this one's tensors: ``generate`` (or any

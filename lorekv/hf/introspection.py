@@ -3,6 +3,9 @@ evict, its attention modules, its context length, and whether it can be hooked a
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
@@ -160,3 +163,24 @@ def check_supported(model: PreTrainedModel) -> None:
                 f"{name}: layer {idx}'s o_proj {problem}: a quantised or packed weight is not the real "
                 "output projection W_o^h that lorekv needs (load the model unquantised)"
             )
+
+
+def rotary_tables(
+    model: PreTrainedModel, layer_idx: int
+) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
+    """Positions (P,) -> the (cos, sin) tables, (P, d) float32, that ``model`` rotates layer
+    ``layer_idx``'s queries and keys with (its ``rotary_emb``, for that layer's attention type
+    where the model has one table per type, as Gemma 3); None for a model without one."""
+    owners = [module for name, module in model.named_modules() if name.endswith("rotary_emb")]
+    if not owners:
+        return None
+    rotary = owners[0]
+    typed = "layer_type" in inspect.signature(rotary.forward).parameters
+    options = {"layer_type": layer_types(model.config)[layer_idx]} if typed else {}
+
+    def tables(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        probe = torch.empty(0, dtype=torch.float32, device=positions.device)
+        cos, sin = rotary(probe, positions.reshape(1, -1), **options)
+        return cos[0].float(), sin[0].float()
+
+    return tables

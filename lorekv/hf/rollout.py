@@ -19,6 +19,7 @@ from transformers import PreTrainedModel
 
 from lorekv.hf.attention import QueryCapture, forward
 from lorekv.hf.cache import PADDING, PositionedCache, gather
+from lorekv.hf.introspection import rotary_tables
 from lorekv.scores import Selection
 from lorekv.token_rules import TokenRule, token_stats
 from lorekv.trajectories import Fed, LayerCapture, Step, Trajectories
@@ -363,6 +364,7 @@ class ModelRollout:
                     response_values=response_values,
                     o_proj=capture.o_proj[idx],
                     scaling=capture.scaling[idx],
+                    rotary=rotary_tables(self.model, idx),
                 )
             )
         return tuple(layers)

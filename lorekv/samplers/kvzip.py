@@ -18,6 +18,7 @@ over the group's heads: ``attention_mass`` with both reductions ``max``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 import torch
@@ -134,6 +135,7 @@ class KVzipSampler(Sampler):
                     o_proj=first.o_proj,
                     scaling=first.scaling,
                     visible_spans=torch.cat(spans).to(device),
+                    rotary=first.rotary,
                 )
             )
         trajs = [traj for _, _, traj in parts]
@@ -164,17 +166,7 @@ def _compact(trajectories: Trajectories) -> Trajectories:
     """The same futures with response keys/values copied out of the futures' cache, so that
     the cache (the whole prompt plus the repeat input) is freed with the rollout's pass."""
     layers = tuple(
-        LayerCapture(
-            layer_idx=layer.layer_idx,
-            queries=layer.queries,
-            query_positions=layer.query_positions,
-            prompt_keys=layer.prompt_keys,
-            prompt_values=layer.prompt_values,
-            response_keys=layer.response_keys.clone(),
-            response_values=layer.response_values.clone(),
-            o_proj=layer.o_proj,
-            scaling=layer.scaling,
-        )
+        replace(layer, response_keys=layer.response_keys.clone(), response_values=layer.response_values.clone())
         for layer in trajectories.layers
     )
     return Trajectories(

@@ -1,14 +1,15 @@
 """Scorers: how much does one prompt token matter to one query?
 
 Importing this package registers ``attention_mass``, ``loo``, ``projected_loo`` and
-``recency`` in :data:`SCORERS`, and the baselines' ``key_norm``, ``random`` and
-``critical_mass``.
+``recency`` in :data:`SCORERS`, the baselines' ``key_norm``, ``random`` and
+``critical_mass``, and ``expected_attention``.
 """
 
 from lorekv.scorers.attention import CausalAttention, causal_attention
 from lorekv.scorers.attention_mass import AttentionMassConfig, AttentionMassScorer
 from lorekv.scorers.base import SCORERS, Scorer, ScorerConfig
 from lorekv.scorers.critical_mass import CriticalMassConfig, CriticalMassScorer
+from lorekv.scorers.expected_attention import ExpectedAttentionConfig, ExpectedAttentionScorer
 from lorekv.scorers.key_norm import KeyNormConfig, KeyNormScorer
 from lorekv.scorers.kv_head import KVHeadScorer
 from lorekv.scorers.loo import LOOConfig, LOOScorer
@@ -33,6 +34,8 @@ __all__ = [
     # baselines: Knorm, random, CriticalKV
     "CriticalMassConfig",
     "CriticalMassScorer",
+    "ExpectedAttentionConfig",
+    "ExpectedAttentionScorer",
     "KVHeadScorer",
     "KeyNormConfig",
     "KeyNormScorer",

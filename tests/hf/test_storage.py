@@ -10,7 +10,15 @@ import pytest
 import torch
 from tiny_models import CharTokenizer, random_ids, tiny_gemma3, tiny_llama
 
-from lorekv.hf import CompressedCache, decode_batch, left_pad, model_fingerprint, prepare
+from lorekv.hf import (
+    CompressedCache,
+    decode_batch,
+    left_pad,
+    load_compressed,
+    model_fingerprint,
+    prepare,
+    save_compressed,
+)
 from lorekv.hf.storage import spaced
 from lorekv.pipeline import Pipeline, PipelineConfig
 from lorekv.presets import preset
@@ -42,8 +50,8 @@ def test_a_loaded_cache_answers_as_the_one_saved(models, arch: str, name: str, t
     the method, and the cache's entries (ragged heads and sliding layers included)."""
     model = models[arch]
     original = compressed_batch(model, name)
-    path = original.save(tmp_path / "context.safetensors", model)
-    loaded = CompressedCache.load(path, model)
+    path = save_compressed(original, tmp_path / "context.safetensors", model)
+    loaded = load_compressed(path, model)
     assert loaded.row_stats == original.row_stats and loaded.method == original.method
     assert PipelineConfig.model_validate(loaded.method) == config(name).for_mode(False)
     for got, want in zip(loaded.selections, original.selections, strict=True):
@@ -61,32 +69,32 @@ def test_a_loaded_cache_answers_as_the_one_saved(models, arch: str, name: str, t
 
 
 def test_a_file_of_another_model_is_refused(models, tmp_path) -> None:
-    path = compressed_batch(models["llama"]).save(tmp_path / "c.safetensors", models["llama"])
+    path = save_compressed(compressed_batch(models["llama"]), tmp_path / "c.safetensors", models["llama"])
     other_weights = prepare(tiny_llama(93))
     with pytest.raises(ValueError, match="compressed for another model"):
-        CompressedCache.load(path, other_weights)
+        load_compressed(path, other_weights)
     with pytest.raises(ValueError, match="compressed for another model"):
-        CompressedCache.load(path, prepare(tiny_llama(91).float()))  # the same weights in another dtype
+        load_compressed(path, prepare(tiny_llama(91).float()))  # the same weights in another dtype
     with pytest.raises(ValueError, match="compressed for another model"):
-        CompressedCache.load(path, models["gemma3"])
+        load_compressed(path, models["gemma3"])
     assert model_fingerprint(tiny_llama(91)) == model_fingerprint(models["llama"]), "prepare changes nothing"
 
 
 def test_a_damaged_file_is_refused(models, tmp_path) -> None:
     model = models["llama"]
-    path = compressed_batch(model).save(tmp_path / "c.safetensors", model)
+    path = save_compressed(compressed_batch(model), tmp_path / "c.safetensors", model)
     data = bytearray(path.read_bytes())
     flipped = tmp_path / "flipped.safetensors"
     data[-7] ^= 0xFF  # a byte of the last tensor's data
     flipped.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="damaged: its tensors do not match"):
-        CompressedCache.load(flipped, model)
+        load_compressed(flipped, model)
     cut = tmp_path / "cut.safetensors"
     cut.write_bytes(path.read_bytes()[: len(data) // 2])
     with pytest.raises(ValueError, match="not a readable lorekv compressed cache"):
-        CompressedCache.load(cut, model)
+        load_compressed(cut, model)
     with pytest.raises(ValueError, match="no such compressed cache file"):
-        CompressedCache.load(tmp_path / "missing.safetensors", model)
+        load_compressed(tmp_path / "missing.safetensors", model)
 
 
 def test_an_extended_cache_is_refused_and_a_fork_taken_before_is_saved(models, tmp_path) -> None:
@@ -97,9 +105,9 @@ def test_an_extended_cache_is_refused_and_a_fork_taken_before_is_saved(models, t
                    attention_mask=torch.cat([compressed.attention_mask, left_pad(QUESTIONS)[1]], 1),
                    cache=state, max_new_tokens=2, do_sample=False, pad_token_id=0)  # fmt: skip
     with pytest.raises(ValueError, match="before answering from it"):
-        state.save(tmp_path / "c.safetensors", model)
+        save_compressed(state, tmp_path / "c.safetensors", model)
     assert not (tmp_path / "c.safetensors").exists()
-    compressed.save(tmp_path / "c.safetensors", model)
+    save_compressed(compressed, tmp_path / "c.safetensors", model)
 
 
 @pytest.mark.parametrize("size", [1, 2, 63, 64, 65, 2**24 + 1, 28_311_552, 2**40 + 7])
