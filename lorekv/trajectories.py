@@ -119,9 +119,14 @@ class LayerCapture:
         key_positions = torch.arange(n + r, device=self.query_positions.device)
         if self.visible_spans is None:
             return key_positions.unsqueeze(0) <= self.query_positions.unsqueeze(1)
-        spans = self.visible_spans.to(key_positions.device)
-        lo, hi = spans[..., 0].unsqueeze(-1), spans[..., 1].unsqueeze(-1)  # (T, S, 1)
-        return ((key_positions >= lo) & (key_positions < hi)).any(dim=1)
+        # each range adds 1 at its start and takes it back at its end: key j is visible where the
+        # running sum is positive (one pass over (T, n+R), not one per range)
+        spans = self.visible_spans.to(key_positions.device).clamp(0, n + r)
+        lo, hi = spans[..., 0], spans[..., 1]  # (T, S)
+        step = (lo < hi).to(torch.int32)
+        edges = torch.zeros(spans.shape[0], n + r + 1, dtype=torch.int32, device=key_positions.device)
+        edges.scatter_add_(1, lo, step).scatter_add_(1, hi, -step)
+        return edges[:, : n + r].cumsum(dim=1) > 0
 
     def future_slice(self, start: int, stop: int) -> LayerCapture:
         """The same layer holding only futures ``start:stop`` (their queries and response keys)."""

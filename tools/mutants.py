@@ -269,10 +269,11 @@ def test_files_nearest_first(root: Path, mutated: str) -> list[str]:
     """Every test file under ``root/tests``, those that mirror the mutated file first.
 
     ``lorekv/hf/cache.py`` puts ``tests/hf/`` first (the deepest folder of ``tests`` that mirrors the
-    file's package), ``lorekv/pipeline.py`` the files named ``tests/test_pipeline*.py``; then the rest in
-    pytest's own order. A killed mutant then usually fails within its own tests instead of after the
-    whole suite before them; a surviving one runs every test all the same. (pytest folds a folder given
-    beside its parent into the parent, so the files are listed one by one.)
+    file's package), ``lorekv/pipeline.py`` the files named ``tests/test_pipeline*.py``; then the files
+    at the root of ``tests`` (the pipeline and the presets end to end, where a component's paper rule
+    is tested); then the rest in pytest's own order. A killed mutant then usually fails within its own
+    tests instead of after the whole suite before them; a surviving one runs every test all the same.
+    (pytest folds a folder given beside its parent into the parent, so the files are listed one by one.)
     """
     tests = root / "tests"
     files = sorted(p.relative_to(root).as_posix() for p in tests.rglob("test_*.py"))
@@ -284,7 +285,8 @@ def test_files_nearest_first(root: Path, mutated: str) -> list[str]:
             break
     stem = f"tests/test_{Path(mutated).stem}"
     near = [f for f in files if (mirror and f.startswith(mirror)) or (not mirror and f.startswith(stem))]
-    return near + [f for f in files if f not in near]
+    whole = [f for f in files if f.count("/") == 1 and f not in near]  # the pipeline and the presets, end to end
+    return near + whole + [f for f in files if f not in near and f not in whole]
 
 
 _FAILURE_LINE = re.compile(r"^(FAILED|ERROR) (\S+)")

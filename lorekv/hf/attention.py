@@ -200,13 +200,20 @@ def shared_prefix_attention(
     out_p = rearrange(out_p, "p g (m r q) d -> (p m) (g r) q d", m=m, r=r)
     lse_p = rearrange(lse_p, "p g (m r q) -> (p m) (g r) q", m=m, r=r)
 
-    own_mask = None
-    if q > 1 or window is not None:
-        own_mask = repeat(position_mask(key_positions, query_positions, window), "b g q s -> b g (r q) s", r=r)
-    own_query = rearrange(query, "b (g r) q d -> b g (r q) d", g=g)  # a view at q = 1 (a decode step)
-    out_s, lse_s = partial_attention(own_query, keys, values, own_mask, scaling)
-    out_s = rearrange(out_s, "b g (r q) d -> b (g r) q d", r=r)
-    lse_s = rearrange(lse_s, "b g (r q) -> b (g r) q", r=r)
+    if q > 1 and keys.shape[2] == q and window is None:
+        # every own key was fed with these queries, in their order (a teacher-forced future): the
+        # own part is plain causal attention, no (q, q) mask built; each query head reads its
+        # KV head's keys (a copy of the q own keys per query head, small beside a mask)
+        own_keys, own_values = (repeat(x, "b g s d -> b (g r) s d", r=r) for x in (keys, values))
+        out_s, lse_s = partial_attention(query, own_keys, own_values, None, scaling, causal=True)
+    else:
+        own_mask = None
+        if q > 1 or window is not None:
+            own_mask = repeat(position_mask(key_positions, query_positions, window), "b g q s -> b g (r q) s", r=r)
+        own_query = rearrange(query, "b (g r) q d -> b g (r q) d", g=g)  # a view at q = 1 (a decode step)
+        out_s, lse_s = partial_attention(own_query, keys, values, own_mask, scaling)
+        out_s = rearrange(out_s, "b g (r q) d -> b (g r) q d", r=r)
+        lse_s = rearrange(lse_s, "b g (r q) -> b (g r) q", r=r)
 
     dtype = torch.promote_types(query.dtype, torch.float32)
     share_p = torch.sigmoid(lse_p - lse_s).unsqueeze(-1).to(dtype)  # e^{lse_p} / (e^{lse_p} + e^{lse_s})
@@ -214,7 +221,13 @@ def shared_prefix_attention(
 
 
 def partial_attention(
-    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scaling: float
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float,
+    *,
+    causal: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention and its log-sum-exp, for merging with other partial attentions.
 
@@ -224,6 +237,8 @@ def partial_attention(
         values: (B or 1, H, K, d).
         mask: (B or 1, H, Q, K) bool, True where a query sees a key; None: every key.
         scaling: the softmax scale of q . k.
+        causal: query i sees keys 0..i only (Q = K, no ``mask``): the kernels' own causal
+            masking, nothing materialised.
 
     Returns:
         The output (B, H, Q, d) in the query's dtype and the log-sum-exp of the scaled logits
@@ -232,6 +247,9 @@ def partial_attention(
         memory-efficient), else :func:`reference_partial_attention`.
     """
     kernel = fused_kernel(query, keys, values, mask)
+    if causal and kernel != "cpu":  # the CPU kernel masks causally itself; the others get the mask
+        q, k = query.shape[-2], keys.shape[-2]
+        mask, causal = torch.ones(q, k, dtype=torch.bool, device=query.device).tril()[None, None], False
     if kernel is None:
         return reference_partial_attention(query, keys, values, mask, scaling)
     if kernel == "cuda":
@@ -240,7 +258,7 @@ def partial_attention(
     keys = keys.expand(query.shape[0], -1, -1, -1)
     values = values.expand(query.shape[0], -1, -1, -1)
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        query, keys, values, 0.0, False, attn_mask=bias, scale=scaling
+        query, keys, values, 0.0, causal, attn_mask=bias, scale=scaling
     )
     if mask is not None:  # the kernel reports 0, not -inf, for a row without keys
         lse = lse.masked_fill(~mask.any(dim=-1), -torch.inf)

@@ -228,7 +228,7 @@ class ModelRollout:
         source = self.cache if keep is None else self.draft_cache(keep)
         return decode_rows([self], source, [rule], num_futures, num_tokens)[0]
 
-    def teacher_force(self, token_ids: torch.Tensor) -> Trajectories:
+    def teacher_force(self, token_ids: torch.Tensor, *, stats: bool = True) -> Trajectories:
         if token_ids.dim() != 2 or token_ids.shape[0] < 1 or token_ids.shape[1] < 1:
             raise ValueError(f"token_ids must have shape (M >= 1, T >= 1), got {tuple(token_ids.shape)}")
         vocab = self.last_logits.shape[-1]
@@ -240,11 +240,15 @@ class ModelRollout:
         cache = self.cache.branches(m)
         capture = QueryCapture(self.evict_layers)
         positions = self.positions(t)
+        kept = t if stats else 1
         logits = forward(
-            self.model, token_ids, cache, positions, capture=capture, logits_to_keep=t, compile=self.compile
+            self.model, token_ids, cache, positions, capture=capture, logits_to_keep=kept, compile=self.compile
         )
-        before = torch.cat([self.last_logits.expand(m, -1).unsqueeze(1), logits[:, :-1]], dim=1)
-        lp, ent = token_stats(before.flatten(0, 1), token_ids.flatten(), validate=False)  # checked above
+        if stats:
+            before = torch.cat([self.last_logits.expand(m, -1).unsqueeze(1), logits[:, :-1]], dim=1)
+            lp, ent = token_stats(before.flatten(0, 1), token_ids.flatten(), validate=False)  # checked above
+        else:
+            lp = ent = logits.new_zeros(m * t)
         layers = self.layers(
             capture.stacked, positions, capture, lambda idx: (cache.layers[idx].keys, cache.layers[idx].values)
         )

@@ -50,10 +50,14 @@ class Rollout(Protocol):
         """
         ...
 
-    def teacher_force(self, token_ids: torch.Tensor) -> Trajectories:
+    def teacher_force(self, token_ids: torch.Tensor, *, stats: bool = True) -> Trajectories:
         """Feed the given (M, T) long continuations after the prompt, capturing the queries.
 
         ``token_ids`` may arrive on the CPU; the rollout moves it to the model's device.
+        ``stats=False`` leaves the tokens' log-probs and entropies at 0 and computes no
+        logits beyond the last position (the output head over T positions and a softmax over the
+        vocabulary at each: a fifth of a small model's pass), for a caller whose aggregation
+        reads none (one pseudo-future).
         """
         ...
 

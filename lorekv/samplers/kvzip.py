@@ -49,6 +49,11 @@ class KVzipConfig(SamplerConfig):
         chunk_size: tokens per reconstructed chunk (>= 1; kvpress 2048, the original 2000).
         overlap: previous-chunk tokens quoted in the continuation (>= 0; 8 as both).
         sink: leading prompt keys in every later chunk's softmax (>= 0; kvpress's n_sink = 4).
+        token_stats: compute the repeated tokens' log-probs and entropies (the output head at
+            every repeat position). False (default): they are reported as 0, as for the
+            ``prompt_window`` pseudo-future: the reconstruction is one pseudo-future, whose weight
+            is 1 under every aggregator, so no selection depends on them; True where they are
+            read (a ``mixture`` whose aggregator weighs its parts by them).
 
     The text is tokenized at run time with the tokenizer passed to ``Pipeline.compress`` /
     ``Pipeline.generate`` (``tokenizer=``), so the config itself needs none.
@@ -61,6 +66,7 @@ class KVzipConfig(SamplerConfig):
     chunk_size: int = Field(default=2048, ge=1, strict=True)
     overlap: int = Field(default=8, ge=0, strict=True)
     sink: int = Field(default=4, ge=0, strict=True)
+    token_stats: bool = False
 
 
 @SAMPLERS.register(KVzipConfig)
@@ -113,7 +119,8 @@ class KVzipSampler(Sampler):
         n = rollout.prompt_length
         parts: list[tuple[int, int, Trajectories]] = []
         for start, end, ids in self.repeat_inputs(rollout.prompt_ids, tokenizer):
-            parts.append((start, end, _compact(rollout.teacher_force(ids.view(1, -1)))))
+            forced = rollout.teacher_force(ids.view(1, -1), stats=self.config.token_stats)
+            parts.append((start, end, _compact(forced)))
         layers = []
         for i, first in enumerate(parts[0][2].layers):
             per_chunk = [traj.layers[i] for _, _, traj in parts]

@@ -173,7 +173,7 @@ def causal_attention(layer: LayerCapture, *, output: bool = True, terms: PromptT
     m, h, t, d = layer.queries.shape
     g, r = layer.num_kv_heads, layer.group_size
     torch._check(h == g * r)  # for torch.compile's symbolic shapes: the heads split evenly
-    queries = layer.queries.to(dtype).transpose(0, 1).contiguous() * layer.scaling  # (H, M, T, d)
+    queries = scaled_queries(layer, dtype)  # (H, M, T, d)
     hidden = ~layer.visible()
     if terms is None:
         centre = value_centre(layer, dtype)
@@ -199,6 +199,38 @@ def causal_attention(layer: LayerCapture, *, output: bool = True, terms: PromptT
         centred_output=None,
     )
     return replace(attention, centred_output=attention.combine(attention.weights)) if output else attention
+
+
+def prompt_attention_weights(layer: LayerCapture) -> torch.Tensor:
+    """(M, H, T, n) the causal softmax weights of the prompt keys alone, as :func:`causal_attention`'s
+    :attr:`~CausalAttention.prompt_weights`, without the weights of the response keys.
+
+    a_j = exp(l_j - lse) with lse the log-sum-exp over every key the query sees, the prompt's
+    and the future's own: the response keys enter through their log-sum-exp only, so neither a
+    (n + R)-wide copy nor a softmax over it is formed (a reconstruction's R is about n). A query
+    that sees no key gets zeros. A view of a head-major (H, M, T, n) tensor."""
+    dtype = compute_dtype(layer)
+    m, h, t, d = layer.queries.shape
+    g, r, n = layer.num_kv_heads, layer.group_size, layer.prompt_length
+    torch._check(h == g * r)  # for torch.compile's symbolic shapes: the heads split evenly
+    queries = scaled_queries(layer, dtype)  # (H, M, T, d)
+    visible = layer.visible()
+    seen = visible[:, :n]
+    prompt = torch.matmul(queries.reshape(g, r * m * t, d), layer.prompt_keys.to(dtype).transpose(1, 2))
+    prompt = prompt.reshape(h, m, t, n).masked_fill_(~seen, float("-inf"))
+    total = torch.logsumexp(prompt, dim=-1, keepdim=True)  # (H, M, T, 1)
+    if layer.response_keys.shape[2] > 0:
+        own_queries = rearrange(queries, "(g r) m t d -> m g (r t) d", g=g)
+        own = torch.matmul(own_queries, layer.response_keys.to(dtype).transpose(2, 3))
+        own = rearrange(own, "m g (r t) s -> (g r) m t s", r=r).masked_fill_(~visible[:, n:], float("-inf"))
+        total = torch.logaddexp(total, torch.logsumexp(own, dim=-1, keepdim=True))
+    weights = prompt.sub_(total).exp_().masked_fill_(~seen, 0.0)  # a query without keys: -inf - -inf
+    return weights.transpose(0, 1)
+
+
+def scaled_queries(layer: LayerCapture, dtype: torch.dtype) -> torch.Tensor:
+    """(H, M, T, d) the layer's queries times its softmax scale, head-major and contiguous, in ``dtype``."""
+    return layer.queries.to(dtype).transpose(0, 1).contiguous() * layer.scaling
 
 
 def value_centre(layer: LayerCapture, dtype: torch.dtype) -> torch.Tensor:

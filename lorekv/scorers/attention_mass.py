@@ -6,7 +6,7 @@ from typing import Literal
 
 import torch
 
-from lorekv.scorers.attention import causal_attention
+from lorekv.scorers.attention import prompt_attention_weights
 from lorekv.scorers.base import SCORERS, Scorer, ScorerConfig
 from lorekv.trajectories import LayerCapture
 
@@ -29,5 +29,5 @@ class AttentionMassScorer(Scorer):
     config: AttentionMassConfig
 
     def query_scores(self, layer: LayerCapture) -> torch.Tensor:
-        """(M, H, T, n) attention weights on the prompt keys."""
-        return causal_attention(layer, output=False).prompt_weights
+        """(M, H, T, n) attention weights on the prompt keys (:func:`prompt_attention_weights`)."""
+        return prompt_attention_weights(layer)

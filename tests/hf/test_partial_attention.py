@@ -128,3 +128,21 @@ def test_cuda_efficient_kernel_matches_the_reference(shape, masked: str, dtype: 
     query, keys, values, mask = inputs(shape, dtype, masked, seed=sum(shape), device="cuda")
     assert fused_kernel(query, keys, values, mask) == "cuda"
     assert_matches_reference(query, keys, values, mask, dtype)
+
+
+@pytest.mark.parametrize("kernel", ["cpu", "cuda", None], ids=["cpu", "cuda-stood-in", "reference"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_causal_attention_is_the_lower_triangle_without_a_mask(monkeypatch, kernel, dtype: torch.dtype) -> None:
+    """``causal=True`` (a teacher-forced future's own keys): query i sees keys 0..i, as the reference
+    with that triangle as its mask, on every path (the CPU kernel masks itself, the others get it)."""
+    if kernel != "cpu":
+        monkeypatch.setattr(attention, "fused_kernel", lambda *args: kernel)
+        monkeypatch.setattr(torch.ops.aten, "_scaled_dot_product_efficient_attention", stand_in_efficient_attention)
+    query, keys, values, _ = inputs((2, 2, 3, 21, 21, 16), dtype, "none", seed=5)
+    got_out, got_lse = partial_attention(query, keys, values, None, 0.3, causal=True)
+    triangle = torch.ones(21, 21, dtype=torch.bool).tril()[None, None]
+    want_out, want_lse = reference_partial_attention(query, keys, values, triangle, 0.3)
+    torch.testing.assert_close(got_out.float(), want_out.float(), **OUT_TOL[dtype])
+    torch.testing.assert_close(got_lse, want_lse, **LSE_TOL)
+    full_out, _ = reference_partial_attention(query, keys, values, None, 0.3)
+    assert (full_out[:, :, 0] - got_out[:, :, 0]).abs().max() > 1e-2, "the first query sees one key, not all"

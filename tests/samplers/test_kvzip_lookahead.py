@@ -57,3 +57,26 @@ def test_chunk_spans_cover_sinks_chunk_and_own_causal_keys() -> None:
     for t in range(3):
         expected = set(range(4)) | set(range(10, 20)) | set(range(37, 37 + t + 1))
         assert set(torch.nonzero(visible[t]).flatten().tolist()) == expected
+
+
+def test_the_reconstructions_token_stats_are_computed_only_when_asked() -> None:
+    """``token_stats=True`` gives the repeated tokens' log-probs under the model (as a teacher-forced
+    future's); the default reports zeros, and the same queries, keys, and so the same kept sets."""
+    from tiny_models import random_ids, tiny_llama
+
+    from lorekv.pipeline import Pipeline
+    from lorekv.presets import preset
+
+    model, ids, tokenizer = tiny_llama(3), random_ids(30, seed=2), CharTokenizer()
+    plain = Pipeline.from_config(preset("kvzip", 6))
+    stats = Pipeline.from_config(preset("kvzip", 6).override({"sampler.token_stats": True}))
+    rollout = plain.prefill(model, ids, query_aware=False, tokenizer=tokenizer)
+    without, with_stats = (p.sampler.futures_batch(rollout)[0] for p in (plain, stats))
+    assert bool((without.logprobs == 0).all()) and bool((without.entropies == 0).all())
+    assert bool((with_stats.logprobs < 0).all()) and bool((with_stats.entropies > 0).all())
+    forced = rollout.rows[0].teacher_force(with_stats.token_ids)
+    torch.testing.assert_close(with_stats.logprobs, forced.logprobs, rtol=0, atol=1e-9)
+    for a, b in zip(without.layers, with_stats.layers, strict=True):
+        assert torch.equal(a.queries, b.queries) and torch.equal(a.response_keys, b.response_keys)
+    kept = [p.compress(model, ids, query_aware=False, tokenizer=tokenizer).selection.mask() for p in (plain, stats)]
+    assert torch.equal(kept[0], kept[1])

@@ -1,0 +1,75 @@
+"""What compressing a context before its question costs: each method's phases against transformers' prefill.
+
+For the query-agnostic methods (KVzip's reconstruction, LORE-KV's question futures, Expected
+Attention, SnapKV as the floor of a prefill-only scorer), on the bundled SmolLM2 and a context of
+about n tokens built like the evaluation's needle contexts: the median over ``--repeats`` runs
+(after one warm-up) of each phase of ``Pipeline.compress(..., query_aware=False)`` and of
+transformers' own SDPA prefill of the same context, timed in the same process; with ``--profile``,
+the operators that took the most time in one compression of the first method.
+
+    python tools/agnostic_cost.py --length 1450 --methods kvzip,lore_kv,expected_attention,snapkv --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from lorekv.eval import make_sample
+from lorekv.hf import reference_prefill_seconds
+from lorekv.models import load
+from lorekv.pipeline import Pipeline
+from lorekv.presets import preset
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--length", type=int, default=1450, help="context length n (about)")
+    parser.add_argument("--methods", default="kvzip,lore_kv,expected_attention,snapkv")
+    parser.add_argument("--budget", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
+    parser.add_argument("--profile", action="store_true", help="the operators of one compression of the first method")
+    args = parser.parse_args()
+    if args.length < 64 or args.repeats < 1:
+        parser.error("--length must be >= 64 and --repeats >= 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load(args.model)
+    sample = make_sample("niah_single", tokenizer, length=args.length, seed=0)
+    context, _ = sample.context_and_question_ids(tokenizer)
+    n = context.shape[1]
+    print(f"{args.model}, n = {n} context tokens, B = {args.budget}, query-agnostic, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; medians of {args.repeats} runs after a warm-up")  # fmt: skip
+    print("| method | prefill | sampling | scoring | selection | total (s) | × transformers' prefill |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.methods.split(","):
+        pipeline = Pipeline.from_config(preset(name, args.budget))
+
+        def compress(pipeline: Pipeline = pipeline) -> dict[str, float]:
+            return pipeline.compress(model, context, query_aware=False, tokenizer=tokenizer).stats.seconds
+
+        compress()
+        reference_prefill_seconds(model, context)
+        runs, prefills = [], []
+        for _ in range(args.repeats):  # interleaved, so that both see the same load
+            runs.append(compress())
+            prefills.append(reference_prefill_seconds(model, context))
+        phases = {phase: statistics.median(run[phase] for run in runs) for phase in runs[0]}
+        total = statistics.median(sum(run.values()) for run in runs)
+        prefill = statistics.median(prefills)
+        cells = " | ".join(f"{phases.get(p, 0.0):.3f}" for p in ("prefill", "sampling", "scoring", "selection"))
+        print(f"| {name} | {cells} | {total:.3f} | {total / prefill:.2f} (prefill {prefill:.3f} s) |")
+    if args.profile:
+        first = Pipeline.from_config(preset(args.methods.split(",")[0], args.budget))
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            first.compress(model, context, query_aware=False, tokenizer=tokenizer)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=40))
+
+
+if __name__ == "__main__":
+    main()
