@@ -26,6 +26,7 @@ Two uses:
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -205,6 +206,20 @@ class PipelineConfig(BaseModel):
         return PipelineConfig.model_validate(data)
 
 
+def check_stats_reach(sampler: Sampler | None, aggregator: str) -> None:
+    """Refuse a ``mixture`` whose futures an aggregator weighs by their token statistics when one
+    of its parts reports none (a reconstruction with ``token_stats`` off: log-prob 0, entropy 0,
+    which would read as the most certain future). Alone, a reconstruction is one pseudo-future,
+    whose weight is 1 whatever its statistics."""
+    parts = getattr(sampler.config, "samplers", ()) if sampler is not None else ()
+    silent = [part.name for part in parts if getattr(part, "token_stats", True) is False]
+    if silent:
+        raise ValueError(
+            f"the {aggregator} aggregator weighs a mixture's futures by their token statistics, which its "
+            f"{', '.join(silent)} part does not compute: set token_stats: true on it"
+        )
+
+
 def prefill(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
@@ -279,6 +294,9 @@ class Pipeline:
         )
         self.policy: Policy = policy if isinstance(policy, Policy) else POLICIES.build(policy)
         self.compile = compile
+        if self.aggregator.uses_token_stats:
+            for sampler in (self.sampler, self.agnostic_sampler):
+                check_stats_reach(sampler, self.aggregator.config.name)
 
     @property
     def compile(self) -> bool:
@@ -338,9 +356,12 @@ class Pipeline:
         model work; an error names the row. Returns each row's real token count."""
         minimum = 2 if query_aware else 1
         lengths = check_batch(model, input_ids, attention_mask, min_length=minimum)
-        extras = [extra] * len(lengths) if isinstance(extra, int) else list(extra)
+        extras = [int(extra)] * len(lengths) if isinstance(extra, numbers.Integral) else list(extra)
         if len(extras) != len(lengths):
-            raise ValueError(f"extra must give one count per row ({len(lengths)}), got {len(extras)}")
+            raise ValueError(
+                f"extra (answer_tokens) must give one count for every row or one per row ({len(lengths)}), "
+                f"got {len(extras)}"
+            )
         sampler = self.sampler_for(query_aware)
         window = sampler.prefill_window
         tail = 1 if query_aware else 0

@@ -15,7 +15,8 @@ This module is the one place above the binding that imports transformers: a tran
 Answers are decoded by ``model.generate`` on forks of the compressed cache
 (:func:`lorekv.hf.decoding.decode`; several questions in one batched call, each row a copy of the
 compressed context: :func:`lorekv.hf.decoding.decode_batch`), so every generate option passes
-through.
+through. Batched, k questions hold k copies of the compressed KV while they decode, and sampled
+answers (``do_sample=True``) are one call's draws, not those of k calls with the same seed.
 """
 
 from __future__ import annotations

@@ -13,22 +13,28 @@ full cache. Per layer and per step, so that the figures hold for the full-depth 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import torch
+from transformers import PreTrainedModel
 
 from lorekv.cost.measure import kernel_launches
 from lorekv.cost.prompts import RandomPrompts
 from lorekv.hf.attention import prepare, using_sdpa
+from lorekv.hf.compressed import CompressedCache
 from lorekv.models.architectures import random_model
 from lorekv.pipeline import Pipeline
 from lorekv.presets import preset
 
 
-def total(run) -> int:
+def total(run: Callable[[], object]) -> int:
+    """Kernel launches of one call of ``run``."""
     return sum(kernel_launches(run).values())
 
 
-def measure(model, lore: Pipeline, snapkv: Pipeline, ids: torch.Tensor, tokens: int) -> dict[str, float]:
+def measure(
+    model: PreTrainedModel, lore: Pipeline, snapkv: Pipeline, ids: torch.Tensor, tokens: int
+) -> dict[str, float]:
     """Launches of each phase of one compression of ``ids`` (1, n), of transformers' prefill and its
     ``tokens`` decode steps, and of one ``generate`` step on the full and on the compressed cache."""
     mask = torch.ones_like(ids)
@@ -40,7 +46,7 @@ def measure(model, lore: Pipeline, snapkv: Pipeline, ids: torch.Tensor, tokens: 
     futures = lore.sampler.futures_batch(batch)
     scored = [lore.score(futures[0], batch.rows[0].candidates)]
 
-    def generate(steps: int, cache=None) -> None:
+    def generate(steps: int, cache: CompressedCache | None = None) -> None:
         options = {} if cache is None else {"cache": cache.fork()}
         model.generate(ids, attention_mask=mask, max_new_tokens=steps, do_sample=False, pad_token_id=0,
                        eos_token_id=[], **options)  # fmt: skip

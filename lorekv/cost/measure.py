@@ -323,7 +323,7 @@ NO_KERNEL = frozenset(
         "unsqueeze squeeze expand expand_as view_as flatten unflatten split chunk unbind movedim alias detach "
         "resolve_conj resolve_neg result_type promote_types empty empty_like empty_strided new_empty lift_fresh "
         "size stride sym_size is_same_size contiguous to matmul linear einsum softmax linalg_vecdot dropout "
-        "scaled_dot_product_attention max_pool1d item _local_scalar_dense is_nonzero equal"
+        "scaled_dot_product_attention max_pool1d item _local_scalar_dense is_nonzero"
     ).split()
 )
 """Operators that launch no kernel of their own: views, allocations, and composites whose work is

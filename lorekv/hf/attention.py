@@ -121,9 +121,10 @@ def lorekv_attention(
         if active.compile:  # contiguous: views into reserved room add stride guards, hence recompilations
             cascade = compiled(shared_prefix_attention)
             key, value, positions = key.contiguous(), value.contiguous(), positions.contiguous()
+        own_causal = query.shape[2] > 1 and key.shape[2] == query.shape[2] and window is None and not active.padded
         out = cascade(
             query, key, value, positions, active.query_positions,
-            prefix.keys, prefix.values, prefix.positions, prefix.padded, window, scaling,
+            prefix.keys, prefix.values, prefix.positions, prefix.padded, window, scaling, own_causal,
         )  # fmt: skip
         return out.transpose(1, 2).contiguous(), None
     q_len, k_len = query.shape[2], key.shape[2]
@@ -155,6 +156,7 @@ def shared_prefix_attention(
     prefix_padded: bool,
     window: int | None,
     scaling: float,
+    own_causal: bool = False,
 ) -> torch.Tensor:
     """Attention of B branches over P shared prefixes (B/P branches each) and their own tokens,
     each prefix read once.
@@ -171,6 +173,8 @@ def shared_prefix_attention(
         prefix_padded: some prefix entries are padding (an evicted cache).
         window: the layer's sliding window (None: full attention).
         scaling: the softmax scale of q . k.
+        own_causal: the branches' own entries are exactly this call's tokens, in order, none of
+            them padding, and no window: their part is causal attention (q = S).
 
     Returns:
         (B, H, q, d), equal to attention over the concatenation [prefix, own] up to rounding.
@@ -200,10 +204,10 @@ def shared_prefix_attention(
     out_p = rearrange(out_p, "p g (m r q) d -> (p m) (g r) q d", m=m, r=r)
     lse_p = rearrange(lse_p, "p g (m r q) -> (p m) (g r) q", m=m, r=r)
 
-    if q > 1 and keys.shape[2] == q and window is None:
+    if own_causal:
         # every own key was fed with these queries, in their order (a teacher-forced future): the
-        # own part is plain causal attention, no (q, q) mask built; each query head reads its
-        # KV head's keys (a copy of the q own keys per query head, small beside a mask)
+        # own part is plain causal attention, no (q, q) mask built on the CPU; each query head
+        # reads its KV head's keys (a copy of the q own keys per query head, small beside a mask)
         own_keys, own_values = (repeat(x, "b g s d -> b (g r) s d", r=r) for x in (keys, values))
         out_s, lse_s = partial_attention(query, own_keys, own_values, None, scaling, causal=True)
     else:
@@ -237,8 +241,8 @@ def partial_attention(
         values: (B or 1, H, K, d).
         mask: (B or 1, H, Q, K) bool, True where a query sees a key; None: every key.
         scaling: the softmax scale of q . k.
-        causal: query i sees keys 0..i only (Q = K, no ``mask``): the kernels' own causal
-            masking, nothing materialised.
+        causal: query i sees keys 0..i only (Q = K, no ``mask``): the CPU kernel masks causally
+            itself, nothing materialised; the other paths are given the triangle as a mask.
 
     Returns:
         The output (B, H, Q, d) in the query's dtype and the log-sum-exp of the scaled logits

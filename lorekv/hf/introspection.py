@@ -171,16 +171,26 @@ def rotary_tables(
     """Positions (P,) -> the (cos, sin) tables, (P, d) float32, that ``model`` rotates layer
     ``layer_idx``'s queries and keys with (its ``rotary_emb``, for that layer's attention type
     where the model has one table per type, as Gemma 3); None for a model without one."""
-    owners = [module for name, module in model.named_modules() if name.endswith("rotary_emb")]
-    if not owners:
-        return None
-    rotary = owners[0]
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    rotary = getattr(decoder, "rotary_emb", None)
+    if rotary is None:
+        owners = [module for name, module in model.named_modules() if name.endswith("rotary_emb")]
+        if not owners:
+            return None
+        rotary = owners[0]
     typed = "layer_type" in inspect.signature(rotary.forward).parameters
     options = {"layer_type": layer_types(model.config)[layer_idx]} if typed else {}
 
     def tables(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        probe = torch.empty(0, dtype=torch.float32, device=positions.device)
-        cos, sin = rotary(probe, positions.reshape(1, -1), **options)
+        # a "dynamic" or "longrope" table rescales itself for long positions: leave it as it was
+        state = {key: value.clone() for key, value in rotary.state_dict().items()}
+        attributes = {key: value for key, value in vars(rotary).items() if isinstance(value, int | float)}
+        try:
+            probe = torch.empty(0, dtype=torch.float32, device=positions.device)
+            cos, sin = rotary(probe, positions.reshape(1, -1), **options)
+        finally:
+            rotary.load_state_dict(state, strict=False)
+            vars(rotary).update(attributes)
         return cos[0].float(), sin[0].float()
 
     return tables

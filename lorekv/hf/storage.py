@@ -28,6 +28,7 @@ from transformers import PreTrainedModel
 
 from lorekv.hf.cache import PositionedCache
 from lorekv.hf.compressed import CompressedCache, CompressionStats
+from lorekv.hf.introspection import attention_modules
 from lorekv.scores import Selection
 
 FORMAT = "lorekv.compressed-cache/1"
@@ -46,12 +47,20 @@ SAMPLES = 64
 """Values of each parameter the fingerprint reads (evenly spaced): different weights differ there."""
 
 
+def _compute_fields(config: Any) -> Any:
+    """A config's dict without the fields that change nothing in the keys and values, at any depth
+    (a multimodal model's text config included)."""
+    if isinstance(config, dict):
+        return {k: _compute_fields(v) for k, v in config.items() if k not in _NOT_THE_KEYS and not k.startswith("_")}
+    return config
+
+
 def model_fingerprint(model: PreTrainedModel) -> str:
     """A SHA-256 of what makes a model's keys and values what they are: its class, its config
     (fields that change nothing in them left out), and every parameter's name, shape, dtype and
     :data:`SAMPLES` of its values. Cheap (no pass over the weights); two models that differ in any
     weight almost surely differ in the samples of a random or trained model."""
-    config = {k: v for k, v in model.config.to_dict().items() if k not in _NOT_THE_KEYS and not k.startswith("_")}
+    config = _compute_fields(model.config.to_dict())
     digest = hashlib.sha256(json.dumps([type(model).__name__, config], sort_keys=True, default=str).encode())
     for name, parameter in model.named_parameters():
         flat = parameter.detach().reshape(-1)
@@ -115,8 +124,11 @@ def save_compressed(compressed: CompressedCache, path: str | Path, model: PreTra
     path = Path(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(handle)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         save_file(tensors, temporary, metadata={"lorekv": json.dumps(meta)})
+        os.chmod(temporary, 0o666 & ~umask)  # as a file opened for writing would be, not mkstemp's 0600
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
@@ -125,7 +137,7 @@ def save_compressed(compressed: CompressedCache, path: str | Path, model: PreTra
 
 
 def load_compressed(path: str | Path, model: PreTrainedModel) -> CompressedCache:
-    """The compressed cache saved in ``path``, on ``model``'s device, ready for ``model.generate``
+    """The compressed cache saved in ``path``, each layer on the device of its attention, ready for ``model.generate``
     (``model`` is prepared for it, as ``Pipeline.compress`` does).
 
     Raises:
@@ -141,13 +153,16 @@ def load_compressed(path: str | Path, model: PreTrainedModel) -> CompressedCache
     try:
         with safe_open(path, framework="pt") as handle:
             meta = json.loads((handle.metadata() or {})["lorekv"])
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{path}: format {meta.get('format')!r}, this lorekv reads {FORMAT!r}")
+        missing = {"model", "sha256", "start", "layers", "selections", "row_stats", "method"} - set(meta)
+        if missing:
+            raise KeyError(f"metadata without {sorted(missing)}")
         tensors = load_file(path)
-    except (SafetensorError, OSError, ValueError, KeyError) as error:
+    except (SafetensorError, OSError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as error:
         raise ValueError(
             f"{path}: not a readable lorekv compressed cache (damaged, or another kind of file): {error}"
         ) from None
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {meta.get('format')!r}, this lorekv reads {FORMAT!r}")
     if _tensors_digest(tensors) != meta["sha256"]:
         raise ValueError(f"{path}: damaged: its tensors do not match the checksum written with them")
     ours = model_fingerprint(model)
@@ -156,11 +171,13 @@ def load_compressed(path: str | Path, model: PreTrainedModel) -> CompressedCache
             f"{path}: compressed for another model (fingerprint {meta['model'][:12]}..., this model's is "
             f"{ours[:12]}...): another architecture, other weights or another dtype"
         )
-    device = next(model.parameters()).device
+    device = model.get_input_embeddings().weight.device
+    modules = attention_modules(model)
     cache = PositionedCache([layer["window"] for layer in meta["layers"]])
     for i, (layer, saved) in enumerate(zip(cache.layers, meta["layers"], strict=True)):
-        if saved["initialized"]:
-            parts = [tensors[f"layers.{i}.{part}"].to(device) for part in ("keys", "values", "positions")]
+        if saved["initialized"]:  # each layer where its attention runs (a model split over devices)
+            where = next(modules[i].parameters()).device if i in modules else device
+            parts = [tensors[f"layers.{i}.{part}"].to(where) for part in ("keys", "values", "positions")]
             layer.set(*parts, padded=saved["padded"])
         layer.slack = saved["slack"]
     selections = [

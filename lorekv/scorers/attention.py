@@ -170,9 +170,6 @@ def causal_attention(layer: LayerCapture, *, output: bool = True, terms: PromptT
         logits are computed apart and joined.
     """
     dtype = compute_dtype(layer)
-    m, h, t, d = layer.queries.shape
-    g, r = layer.num_kv_heads, layer.group_size
-    torch._check(h == g * r)  # for torch.compile's symbolic shapes: the heads split evenly
     queries = scaled_queries(layer, dtype)  # (H, M, T, d)
     hidden = ~layer.visible()
     if terms is None:
@@ -180,12 +177,9 @@ def causal_attention(layer: LayerCapture, *, output: bool = True, terms: PromptT
         centred = layer.prompt_values.to(dtype) - centre[:, None, :] if output else None
     else:
         centre, centred = terms.centre, terms.centred_values
-    prompt = torch.matmul(queries.reshape(g, r * m * t, d), layer.prompt_keys.to(dtype).transpose(1, 2))
-    logits = prompt.reshape(h, m, t, -1)
+    logits = prompt_logits(layer, queries)
     if layer.response_keys.shape[2] > 0:
-        own_queries = rearrange(queries, "(g r) m t d -> m g (r t) d", g=g)
-        own = torch.matmul(own_queries, layer.response_keys.to(dtype).transpose(2, 3))
-        logits = torch.cat([logits, rearrange(own, "m g (r t) s -> (g r) m t s", r=r)], dim=-1)
+        logits = torch.cat([logits, own_logits(layer, queries)], dim=-1)
     logits = logits.masked_fill_(hidden, float("-inf"))
     weights = torch.softmax(logits, dim=-1).masked_fill_(hidden, 0.0)
     attention = CausalAttention(
@@ -209,23 +203,34 @@ def prompt_attention_weights(layer: LayerCapture) -> torch.Tensor:
     and the future's own: the response keys enter through their log-sum-exp only, so neither a
     (n + R)-wide copy nor a softmax over it is formed (a reconstruction's R is about n). A query
     that sees no key gets zeros. A view of a head-major (H, M, T, n) tensor."""
-    dtype = compute_dtype(layer)
-    m, h, t, d = layer.queries.shape
-    g, r, n = layer.num_kv_heads, layer.group_size, layer.prompt_length
-    torch._check(h == g * r)  # for torch.compile's symbolic shapes: the heads split evenly
-    queries = scaled_queries(layer, dtype)  # (H, M, T, d)
+    n = layer.prompt_length
+    queries = scaled_queries(layer, compute_dtype(layer))  # (H, M, T, d)
     visible = layer.visible()
     seen = visible[:, :n]
-    prompt = torch.matmul(queries.reshape(g, r * m * t, d), layer.prompt_keys.to(dtype).transpose(1, 2))
-    prompt = prompt.reshape(h, m, t, n).masked_fill_(~seen, float("-inf"))
+    prompt = prompt_logits(layer, queries).masked_fill_(~seen, float("-inf"))
     total = torch.logsumexp(prompt, dim=-1, keepdim=True)  # (H, M, T, 1)
     if layer.response_keys.shape[2] > 0:
-        own_queries = rearrange(queries, "(g r) m t d -> m g (r t) d", g=g)
-        own = torch.matmul(own_queries, layer.response_keys.to(dtype).transpose(2, 3))
-        own = rearrange(own, "m g (r t) s -> (g r) m t s", r=r).masked_fill_(~visible[:, n:], float("-inf"))
+        own = own_logits(layer, queries).masked_fill_(~visible[:, n:], float("-inf"))
         total = torch.logaddexp(total, torch.logsumexp(own, dim=-1, keepdim=True))
     weights = prompt.sub_(total).exp_().masked_fill_(~seen, 0.0)  # a query without keys: -inf - -inf
     return weights.transpose(0, 1)
+
+
+def prompt_logits(layer: LayerCapture, queries: torch.Tensor) -> torch.Tensor:
+    """(H, M, T, n) the scaled logits of ``queries`` (H, M, T, d) on the prompt keys: one GEMM per
+    KV head over all of its queries, the keys never copied per future (nothing masked)."""
+    h, m, t, d = queries.shape
+    g, r = layer.num_kv_heads, layer.group_size
+    torch._check(h == g * r)  # for torch.compile's symbolic shapes: the heads split evenly
+    keys = layer.prompt_keys.to(queries.dtype).transpose(1, 2)
+    return torch.matmul(queries.reshape(g, r * m * t, d), keys).reshape(h, m, t, -1)
+
+
+def own_logits(layer: LayerCapture, queries: torch.Tensor) -> torch.Tensor:
+    """(H, M, T, R) the scaled logits of ``queries`` (H, M, T, d) on each future's own keys (nothing masked)."""
+    own_queries = rearrange(queries, "(g r) m t d -> m g (r t) d", g=layer.num_kv_heads)
+    own = torch.matmul(own_queries, layer.response_keys.to(queries.dtype).transpose(2, 3))
+    return rearrange(own, "m g (r t) s -> (g r) m t s", r=layer.group_size)
 
 
 def scaled_queries(layer: LayerCapture, dtype: torch.dtype) -> torch.Tensor:

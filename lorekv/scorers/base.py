@@ -48,17 +48,17 @@ at once, or the layer's own prompt keys and values if they hold more (:func:`chu
 it beyond float rounding of the ``mean``'s sum). A chunk holds at least one query."""
 
 
-def chunk_elements(layer: LayerCapture) -> int:
-    """The most (query, query head, key) elements one chunk of ``layer``'s queries may hold:
-    :data:`SCORE_CHUNK`, or the elements of the layer's prompt keys and values (2 G n d) when
-    larger.
+def chunk_elements(prompt_keys: torch.Tensor) -> int:
+    """The most (query, query head, key) elements one chunk of a layer's queries may hold:
+    :data:`SCORE_CHUNK`, or the elements of the layer's prompt keys and values (2 G n d, twice
+    ``prompt_keys`` (G, n, d)) when larger.
 
     A per-query tensor as large as one layer's prompt KV is small beside the cache the prefill
     holds (L layers of it) and grows with n as the cache does; with it a few dozen futures'
     queries (LORE-KV's M (T + 1)) of a GQA model score a whole layer in one pass at any n (one
     set of kernel launches per layer, not one per chunk), while H2O's n prompt queries and
     KVzip's reconstruction are still chunked, their memory linear in n."""
-    return max(SCORE_CHUNK, 2 * layer.prompt_keys.numel())
+    return max(SCORE_CHUNK, 2 * prompt_keys.numel())
 
 
 class ScorerConfig(ComponentConfig):
@@ -158,7 +158,7 @@ class Scorer(ABC):
         layer = layer.to(compute_dtype(layer))
         terms = self.prompt_terms(layer)
         m, h, t, _ = layer.queries.shape
-        rows = max(1, chunk_elements(layer) // (h * max(layer.num_keys, 1)))
+        rows = max(1, chunk_elements(layer.prompt_keys) // (h * max(layer.num_keys, 1)))
         if m * t <= rows:
             return self.reduce(self._query_scores(layer, terms), layer)
         mean = self.config.query_reduction == "mean"

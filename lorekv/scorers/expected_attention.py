@@ -89,8 +89,7 @@ class ExpectedAttentionScorer(KVHeadScorer):
         scores = torch.softmax(logits, dim=-1).mean(dim=1) + cfg.epsilon  # (G, n - sink)
         if cfg.value_norm:
             scores = scores * torch.linalg.vector_norm(layer.prompt_values.to(dtype)[:, sink:], dim=-1)
-        top = scores.max() if scores.numel() else torch.ones((), dtype=dtype)
-        return torch.cat([top.expand(layer.num_kv_heads, sink), scores], dim=1)
+        return torch.cat([scores.max().expand(layer.num_kv_heads, sink), scores], dim=1)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -112,6 +111,11 @@ def query_statistics(layer: LayerCapture, sink: int, dtype: torch.dtype) -> tupl
         raise ValueError(f"expected_attention: no query at a position >= sink={sink} to take statistics from")
     queries = layer.queries[:, :, keep].to(dtype)  # (M, H, T', d)
     cos, sin = (table.to(dtype) for table in layer.rotary(positions))  # (T', d)
+    if cos.shape[-1] != queries.shape[-1]:
+        raise ValueError(
+            f"expected_attention: the model rotates {cos.shape[-1]} of each head's {queries.shape[-1]} dimensions "
+            "(partial rotary embedding), which its future rotation does not model"
+        )
     plain = (queries * cos - rotate_half(queries) * sin) / (cos**2 + sin**2)
     samples = rearrange(plain, "m h t d -> h (m t) d")
     mean = samples.mean(dim=1)

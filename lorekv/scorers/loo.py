@@ -242,7 +242,7 @@ def gram_norms(prompt_values: torch.Tensor, grouped_gram: torch.Tensor) -> torch
         grouped_gram: (G, group, d, d) G_h for h = g * group + r.
     """
     g, r, d, _ = grouped_gram.shape
-    block = max(1, max(base.SCORE_CHUNK, 2 * prompt_values.numel()) // (g * r * d))
+    block = max(1, base.chunk_elements(prompt_values) // (g * r * d))
     if prompt_values.shape[1] <= block:
         return _gram_norms(prompt_values, grouped_gram)
     return _blocked_gram_norms(prompt_values, grouped_gram, block)

@@ -117,3 +117,26 @@ def test_the_fingerprints_samples_span_every_parameter_exactly(size: int) -> Non
     picks = spaced(size, 64)
     assert len(picks) == min(size, 64) and int(picks[0]) == 0 and int(picks[-1]) == size - 1
     assert bool((picks[1:] > picks[:-1]).all())
+
+
+def test_a_file_takes_the_umasks_mode_and_a_file_without_its_metadata_is_refused(models, tmp_path) -> None:
+    import json
+    import stat
+
+    from safetensors.torch import load_file, save_file
+
+    model = models["llama"]
+    old = os.umask(0o027)
+    try:
+        path = save_compressed(compressed_batch(model), tmp_path / "c.safetensors", model)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640, "0666 less the umask, as any file written"
+    bare = tmp_path / "bare.safetensors"
+    save_file(load_file(path), bare, metadata={"lorekv": json.dumps({"format": "lorekv.compressed-cache/1"})})
+    with pytest.raises(ValueError, match=r"not a readable lorekv compressed cache .*metadata without"):
+        load_compressed(bare, model)
+    other = tmp_path / "other.safetensors"
+    save_file({"x": torch.zeros(2)}, other)
+    with pytest.raises(ValueError, match="not a readable lorekv compressed cache"):
+        load_compressed(other, model)

@@ -104,6 +104,20 @@ def test_configs_round_trip_through_the_registry() -> None:
     assert Pipeline.from_config(pipeline).sampler.config == mixture
 
 
+@pytest.mark.parametrize("aggregator", ["logprob", "reliability"])
+def test_a_mixture_weighed_by_token_stats_needs_them_from_every_part(aggregator: str) -> None:
+    """A kvzip part without its token statistics would read as the most certain future (log-prob
+    0): refused at construction under an aggregator that weighs by them; accepted once asked."""
+    parts = [{"name": "kvzip"}, {"name": "questions"}]
+    config = preset("lore_kv", 8).override({"sampler": {"name": "mixture", "samplers": parts}})
+    with pytest.raises(ValueError, match="kvzip part.*token_stats: true"):
+        Pipeline.from_config(config.override({"aggregator": {"name": aggregator}}))
+    parts[0]["token_stats"] = True
+    stats = config.override({"sampler": {"name": "mixture", "samplers": parts}, "aggregator": {"name": aggregator}})
+    assert Pipeline.from_config(stats).aggregator.config.name == aggregator
+    assert Pipeline.from_config(config.override({"aggregator": {"name": "mean"}})).aggregator.config.name == "mean"
+
+
 def test_the_tokenizer_is_required_before_any_model_work() -> None:
     model = tiny_llama(301)
 

@@ -22,6 +22,11 @@ CHINESE_PUNCTUATION = (
 """LongBench's and InfiniteBench's extra punctuation for Chinese answers (their ``normalize_zh_answer``)."""
 
 
+def f1(precision: float, recall: float) -> float:
+    """The harmonic mean 2PR / (P + R), for values worked out by hand."""
+    return 2 * precision * recall / (precision + recall)
+
+
 def best(score: Callable[[str, str], float], prediction: str, golds: Sequence[str]) -> float:
     """LongBench's scorer: the maximum over the gold answers."""
     return max(score(prediction, gold) for gold in golds)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 from eval.suites import suite_rules as upstream
+from eval.suites.suite_rules import f1
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,10 +26,6 @@ pytest.importorskip("rouge")
 pytest.importorskip("jieba")
 pytest.importorskip("rapidfuzz")
 pytest.importorskip("rouge_score")
-
-
-def f1(precision: float, recall: float) -> float:
-    return 2 * precision * recall / (precision + recall)
 
 
 def case(prediction: str, answers: list[str], expected: float, rule: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from eval.suites.suite_rules import f1
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,10 +16,6 @@ pytest.importorskip("rouge")
 pytest.importorskip("jieba")
 pytest.importorskip("rapidfuzz")
 pytest.importorskip("rouge_score")
-
-
-def f1(precision: float, recall: float) -> float:
-    return 2 * precision * recall / (precision + recall)
 
 
 # ------------------------------------------------------------------------------------------------
