@@ -90,7 +90,9 @@ INSTRUCTION = "\n\nRepeat the previous context exactly."
 CONTINUATION = "\n\nRepeat the part of the previous context exactly, starting with"
 
 
-def kvzip_reference(model, ids: torch.Tensor, chunk: int, sink_from_every_chunk: bool) -> list[torch.Tensor]:
+def kvzip_reference(
+    model, ids: torch.Tensor, chunk: int, sink_from_every_chunk: bool, replay: int | None = None
+) -> list[torch.Tensor]:
     """Per layer (G, n): kvpress's KVzip scores, recomputed from the model's own attention.
 
     For every chunk [start, end): the repeat input (instruction, or continuation + the last 8
@@ -99,6 +101,8 @@ def kvzip_reference(model, ids: torch.Tensor, chunk: int, sink_from_every_chunk:
     chunk's keys score the max over queries and over the group's heads. kvpress records only
     the chunk's columns, so the sink keys keep chunk 0's score; lorekv's documented difference
     (``sink_from_every_chunk``) also takes the later chunks' attention to them into the max.
+    ``replay``: only the chunk's first ``replay`` tokens are repeated (lorekv's ``strided_kvzip``),
+    their queries' softmax still over the whole chunk.
     """
     tok = CharTokenizer()
     n = ids.shape[1]
@@ -112,7 +116,8 @@ def kvzip_reference(model, ids: torch.Tensor, chunk: int, sink_from_every_chunk:
             prompt = torch.cat(
                 [torch.tensor(tok.encode(CONTINUATION, add_special_tokens=False)), ids[0, start - 8 : start]]
             )
-        repeat = torch.cat([prompt, torch.tensor(tok.encode("\n", add_special_tokens=False)), ids[0, start:end]])
+        replayed = ids[0, start : end if replay is None else min(start + replay, end)]
+        repeat = torch.cat([prompt, torch.tensor(tok.encode("\n", add_special_tokens=False)), replayed])
         t = len(repeat)
         recs = reference(model, torch.cat([ids[0], repeat]).view(1, -1))
         sink = min(4, start)
@@ -165,6 +170,23 @@ def test_kvzip_equals_the_reference_rule(query_aware: bool, n: int, chunk: int) 
         assert all(
             s[:, 4:].equal(t[:, 4:]) for s, t in zip(strict, kvzip_reference(model, ids, chunk, True), strict=True)
         )
+
+
+@pytest.mark.parametrize("n,chunk,replay", [(50, 20, 6), (45, 16, 1), (50, 20, 20)])
+def test_strided_kvzip_equals_the_reference_rule_with_part_of_each_chunk_replayed(
+    n: int, chunk: int, replay: int
+) -> None:
+    """Each chunk's first ``replay`` tokens repeated, every chunk's keys scored by its replay's
+    queries (none left at 0, unlike ``partial_kvzip``); replay = chunk is KVzip's rule."""
+    model = tiny_llama(114, layers=2)
+    ids = random_ids(n, seed=214)
+    budget = 9
+    scores = kvzip_reference(model, ids, chunk, sink_from_every_chunk=True, replay=replay)
+    assert all(bool((s > 0).all()) for s in scores)
+    sampler = {"name": "strided_kvzip", "chunk_size": chunk, "replay": replay}
+    config = preset("kvzip", budget).override({"sampler": sampler})
+    compressed = Pipeline.from_config(config).compress(model, ids, query_aware=False, tokenizer=CharTokenizer())
+    assert kept(compressed) == global_top(scores, n, budget)
 
 
 def test_kvzip_needs_a_tokenizer_but_its_config_does_not() -> None:

@@ -8,20 +8,26 @@ transformers' own SDPA prefill of the same context, timed in the same process; w
 the operators that took the most time in one compression of the first method.
 
     python tools/agnostic_cost.py --length 1450 --methods kvzip,lore_kv,expected_attention,snapkv --threads 2
+    python tools/agnostic_cost.py --grid evaluations/grids/smollm2_agnostic_reconstruction.yaml --threads 2
+
+``--grid``: every method of a grid file but the full cache, built as the grid builds it (its
+presets, options and overrides), in place of ``--methods``.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from lorekv.eval import make_sample
+from lorekv.eval.grid import GridConfig
 from lorekv.hf import reference_prefill_seconds
 from lorekv.models import load
-from lorekv.pipeline import Pipeline
+from lorekv.pipeline import Pipeline, PipelineConfig
 from lorekv.presets import preset
 
 
@@ -29,7 +35,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--length", type=int, default=1450, help="context length n (about)")
-    parser.add_argument("--methods", default="kvzip,lore_kv,expected_attention,snapkv")
+    parser.add_argument("--methods", default="kvzip,lore_kv,expected_attention,snapkv", help="preset names")
+    parser.add_argument("--grid", type=Path, default=None, help="a grid file: its methods instead of --methods")
     parser.add_argument("--budget", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
@@ -47,8 +54,11 @@ def main() -> None:
           f"{torch.get_num_threads()} threads; medians of {args.repeats} runs after a warm-up")  # fmt: skip
     print("| method | prefill | sampling | scoring | selection | total (s) | × transformers' prefill |")
     print("|---|---|---|---|---|---|---|")
-    for name in args.methods.split(","):
-        pipeline = Pipeline.from_config(preset(name, args.budget))
+    configs = (
+        methods(args.grid, args.budget) if args.grid else {m: preset(m, args.budget) for m in args.methods.split(",")}
+    )
+    for name, config in configs.items():
+        pipeline = Pipeline.from_config(config)
 
         def compress(pipeline: Pipeline = pipeline) -> dict[str, float]:
             return pipeline.compress(model, context, query_aware=False, tokenizer=tokenizer).stats.seconds
@@ -65,10 +75,16 @@ def main() -> None:
         cells = " | ".join(f"{phases.get(p, 0.0):.3f}" for p in ("prefill", "sampling", "scoring", "selection"))
         print(f"| {name} | {cells} | {total:.3f} | {total / prefill:.2f} (prefill {prefill:.3f} s) |")
     if args.profile:
-        first = Pipeline.from_config(preset(args.methods.split(",")[0], args.budget))
+        first = Pipeline.from_config(next(iter(configs.values())))
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             first.compress(model, context, query_aware=False, tokenizer=tokenizer)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=40))
+
+
+def methods(path: Path, budget: int) -> dict[str, PipelineConfig]:
+    """Each method of the grid file at ``path`` but the full cache, at kept-token budget ``budget``."""
+    grid = GridConfig.from_file(path)
+    return {m.name: m.build(budget, path.parent) for m in grid.methods if not m.is_full}
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Importing this package registers every sampler in :data:`SAMPLERS`:
 ``greedy``, ``temperature``, ``nucleus``, ``adaptive``, ``prompt_window``, ``oracle``, ``kvzip``, ``lookahead``,
-and for query-agnostic use ``questions``, ``partial_kvzip`` and ``mixture``.
+and for query-agnostic use ``questions``, ``partial_kvzip``, ``strided_kvzip`` and ``mixture``.
 """
 
 from lorekv.samplers.adaptive import AdaptiveConfig, AdaptiveSampler
@@ -24,6 +24,7 @@ from lorekv.samplers.oracle import OracleConfig, OracleSampler
 from lorekv.samplers.partial_kvzip import PartialKVzipConfig, PartialKVzipSampler
 from lorekv.samplers.prompt_window import PromptWindowConfig, PromptWindowSampler
 from lorekv.samplers.questions import QuestionsConfig, QuestionsSampler
+from lorekv.samplers.strided_kvzip import StridedKVzipConfig, StridedKVzipSampler
 from lorekv.samplers.temperature import TemperatureConfig, TemperatureSampler
 
 __all__ = [
@@ -51,6 +52,8 @@ __all__ = [
     "Rollout",
     "Sampler",
     "SamplerConfig",
+    "StridedKVzipConfig",
+    "StridedKVzipSampler",
     "TemperatureConfig",
     "TemperatureSampler",
     "assistant_suffix",

@@ -76,14 +76,20 @@ class KVzipSampler(Sampler):
     config: KVzipConfig
 
     def chunk_ranges(self, n: int) -> list[tuple[int, int]]:
-        """The prompt ranges [start, end) reconstructed, in order: every chunk of ``chunk_size``
-        tokens (the partial sampler, :mod:`lorekv.samplers.partial_kvzip`, overrides it)."""
+        """The prompt ranges [start, end) whose repeat queries score them, in order: every chunk
+        of ``chunk_size`` tokens (the partial sampler, :mod:`lorekv.samplers.partial_kvzip`,
+        keeps some of them)."""
         size = self.config.chunk_size
         return [(start, min(start + size, n)) for start in range(0, n, size)]
 
+    def replay_end(self, start: int, end: int) -> int:
+        """Where the replay of chunk [start, end) stops: the whole chunk (the strided sampler,
+        :mod:`lorekv.samplers.strided_kvzip`, replays its first tokens only)."""
+        return end
+
     def repeat_inputs(self, prompt_ids: torch.Tensor, tokenizer: Any) -> list[tuple[int, int, torch.Tensor]]:
         """(start, end, ids) per chunk of :meth:`chunk_ranges`: the chunk's prompt range
-        [start, end) and its (T_i,) repeat input."""
+        [start, end) and its (T_i,) repeat input, which replays [start, :meth:`replay_end`)."""
         cfg = self.config
         ids = prompt_ids.reshape(-1).cpu()
         n = ids.shape[0]
@@ -96,7 +102,7 @@ class KVzipSampler(Sampler):
             else:
                 previous = ids[max(start - cfg.overlap, start - cfg.chunk_size) : start]
                 prompt = torch.cat([later, previous])
-            out.append((start, end, torch.cat([prompt, suffix, ids[start:end]])))
+            out.append((start, end, torch.cat([prompt, suffix, ids[start : self.replay_end(start, end)]])))
         return out
 
     def suffix_text(self, tokenizer: Any) -> str:
@@ -117,10 +123,18 @@ class KVzipSampler(Sampler):
         n..n+T_i-1 each, response keys the repeat inputs' own keys, ``visible_spans`` set."""
         tokenizer = required_tokenizer(getattr(rollout, "tokenizer", None), self.config.name)
         n = rollout.prompt_length
-        parts: list[tuple[int, int, Trajectories]] = []
-        for start, end, ids in self.repeat_inputs(rollout.prompt_ids, tokenizer):
-            forced = rollout.teacher_force(ids.view(1, -1), stats=self.config.token_stats)
-            parts.append((start, end, _compact(forced)))
+        inputs = self.repeat_inputs(rollout.prompt_ids, tokenizer)
+        by_length: dict[int, list[int]] = {}
+        for i, (_, _, ids) in enumerate(inputs):
+            by_length.setdefault(ids.shape[0], []).append(i)
+        forced: list[Trajectories | None] = [None] * len(inputs)
+        for chunks in by_length.values():  # chunks of one length: one pass, as branches of the prompt
+            batch = _compact(
+                rollout.teacher_force(torch.stack([inputs[i][2] for i in chunks]), stats=self.config.token_stats)
+            )
+            for row, i in enumerate(chunks):
+                forced[i] = _row(batch, row)
+        parts = [(start, end, traj) for (start, end, _), traj in zip(inputs, forced, strict=True)]
         layers = []
         for i, first in enumerate(parts[0][2].layers):
             per_chunk = [traj.layers[i] for _, _, traj in parts]
@@ -167,6 +181,20 @@ def chunk_spans(n: int, start: int, end: int, sink: int, offset: int, length: in
     spans[:, 1, 0], spans[:, 1, 1] = start, end
     spans[:, 2, 0], spans[:, 2, 1] = n + offset, n + offset + t + 1
     return spans
+
+
+def _row(trajectories: Trajectories, row: int) -> Trajectories:
+    """Future ``row`` of ``trajectories`` alone (views)."""
+    one = slice(row, row + 1)
+    layers = tuple(
+        replace(layer, queries=layer.queries[one], response_keys=layer.response_keys[one],
+                response_values=layer.response_values[one])
+        for layer in trajectories.layers
+    )  # fmt: skip
+    return Trajectories(
+        trajectories.token_ids[one], trajectories.logprobs[one], trajectories.entropies[one], layers,
+        trajectories.prompt_length,
+    )  # fmt: skip
 
 
 def _compact(trajectories: Trajectories) -> Trajectories:

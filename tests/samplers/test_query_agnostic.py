@@ -74,6 +74,8 @@ def agnostic(sampler_spec: dict, budget: int) -> Pipeline:
         ({"name": "partial_kvzip", "num_chunks": 2, "fraction": 0.5}, "exclusive", "num_chunks"),
         ({"name": "partial_kvzip", "fraction": None}, "fraction", "num_chunks"),
         ({"name": "partial_kvzip", "chunk_size": 0}, "chunk_size", "greater than or equal to 1"),
+        ({"name": "strided_kvzip", "replay": 0}, "replay", "greater than or equal to 1"),
+        ({"name": "strided_kvzip", "replay": 2.5}, "replay", "integer"),
         ({"name": "mixture", "samplers": [{"name": "questions"}]}, "samplers", "at least two"),
         ({"name": "mixture", "samplers": "questions"}, "samplers", "at least two"),
         ({"name": "mixture", "samplers": ["questions", "nonesuch"]}, "nonesuch", "known"),
@@ -128,6 +130,7 @@ def test_the_tokenizer_is_required_before_any_model_work() -> None:
     for spec in (
         {"name": "questions"},
         {"name": "partial_kvzip"},
+        {"name": "strided_kvzip"},
         {"name": "mixture", "samplers": ["questions", "greedy"]},
     ):
         with pytest.raises(ValueError, match="tokenizer"):
@@ -311,6 +314,7 @@ def test_partial_chunks_are_seeded_and_in_prompt_order() -> None:
 SPECS = [
     {"name": "questions", **SHORT, "num_futures": 2, "question_tokens": 3, "answer_tokens": 3, "queries": "both"},
     {"name": "partial_kvzip", "chunk_size": 8, "fraction": 0.5},
+    {"name": "strided_kvzip", "chunk_size": 8, "replay": 3},
     {"name": "mixture", "samplers": [{"name": "questions", **SHORT, "num_futures": 2}, {"name": "greedy"}]},
 ]
 

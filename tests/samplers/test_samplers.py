@@ -532,7 +532,7 @@ def test_invalid_configs_name_the_parameter(spec: dict, field: str) -> None:
 def test_registry_round_trip_and_defaults() -> None:
     assert SAMPLERS.names() == [
         "adaptive", "greedy", "kvzip", "lookahead", "mixture", "nucleus", "oracle", "partial_kvzip", "prompt_window",
-        "questions", "temperature",
+        "questions", "strided_kvzip", "temperature",
     ]  # fmt: skip
     sampler = SAMPLERS.build({"name": "nucleus", "top_p": 0.8})
     assert isinstance(sampler, NucleusSampler)
