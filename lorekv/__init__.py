@@ -8,7 +8,7 @@ Every method is a 4-tuple (sampler, scorer, aggregator, policy): :class:`Pipelin
 on a model, :class:`PipelineConfig` is its YAML/JSON form, :func:`preset` builds published
 methods by name, :func:`load` loads a model and its tokenizer, :func:`decode` answers from a
 compressed cache and :func:`generate_full` is the full-cache baseline. A compressed cache is a
-transformers ``Cache``: ``model.generate(input_ids, past_key_values=compressed)`` continues it.
+transformers ``Cache``: ``model.generate(input_ids, cache=compressed)`` continues it.
 :func:`save_compressed` and :func:`load_compressed` keep a compressed context in a file.
 :func:`register_text_generation` registers the ``"lorekv-text-generation"`` transformers
 pipeline (:class:`TextGenerationPipeline`: a context and questions in, answers out).

@@ -4,7 +4,7 @@
 frozen model, scores every candidate prompt token with the scorer, combines the futures with
 the aggregator, selects with the policy and returns a :class:`CompressedCache` holding only
 the kept prompt entries: a transformers ``Cache`` that ``model.generate(input_ids,
-past_key_values=compressed)`` continues. ``Pipeline.generate`` compresses and decodes (through
+cache=compressed)`` continues. ``Pipeline.generate`` compresses and decodes (through
 ``model.generate``).
 
 A batch of prompts of different lengths is compressed at once, left-padded as transformers

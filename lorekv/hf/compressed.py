@@ -90,12 +90,12 @@ class CompressedCache(PositionedCache):
     It is what ``model.generate`` continues::
 
         compressed = pipeline.compress(model, input_ids)
-        model.generate(input_ids, past_key_values=compressed, max_new_tokens=32, do_sample=True)
+        model.generate(input_ids, cache=compressed, max_new_tokens=32, do_sample=True)
 
     with the same ``input_ids`` (or the compressed context followed by a question, query-agnostic
     mode), as transformers expects when a cache is passed. A batch is left-padded, as
     transformers generates: ``pipeline.compress(model, input_ids, attention_mask=mask)`` and
-    ``model.generate(input_ids, attention_mask=mask, past_key_values=compressed)``; row i keeps
+    ``model.generate(input_ids, attention_mask=mask, cache=compressed)``; row i keeps
     its own positions 0..n_i-1 whatever its padding, and its answer continues at n_i.
 
     :meth:`get_seq_length` is the count of *columns* of ``input_ids`` the cache covers

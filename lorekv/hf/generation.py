@@ -204,17 +204,18 @@ def check_generate(model: PreTrainedModel, cache: CompressedCache, args: tuple, 
             the model.
     """
     config, bound, options = check_options(model, args, kwargs)
+    argument = "cache" if "cache" in kwargs else "past_key_values"  # as the caller named it
     if len(cache.layers) != len(layer_windows(model.config)):
         raise ValueError(f"the compressed cache has {len(cache.layers)} layers; this model is not the one compressed")
     if cache.damaged or cache.stored_past_next():
         raise ValueError(
-            f"past_key_values holds entries at or past its next position {cache.next_position}: it was fed "
+            f"{argument} holds entries at or past its next position {cache.next_position}: it was fed "
             "outside generate (lorekv.hf.forward) or by a failed call; continue from a fork taken before: "
             "compressed.fork()"
         )
     if cache.extended:
         raise ValueError(
-            f"past_key_values was already extended by {cache.extended} tokens (an earlier generate call); "
+            f"{argument} was already extended by {cache.extended} tokens (an earlier generate call); "
             "continue each question from a fork taken before: compressed.fork()"
         )
     input_ids = bound.get("inputs", options.get("input_ids"))

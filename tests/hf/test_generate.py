@@ -57,7 +57,7 @@ def lorekv_loop(model, compressed, input_ids: torch.Tensor, steps: int) -> tuple
 def generate(model, input_ids, cache, **options):
     return model.generate(
         input_ids,
-        past_key_values=cache,
+        cache=cache,
         return_dict_in_generate=True,
         output_logits=True,
         output_scores=True,
@@ -290,7 +290,7 @@ def test_unsupported_options_are_refused_before_model_work(ragged, options: dict
     calls, handle = counted(model)
     try:
         with pytest.raises(ValueError, match=f"refused: .*{named}"):
-            model.generate(ids, past_key_values=compressed.fork(), max_new_tokens=3, **options)
+            model.generate(ids, cache=compressed.fork(), max_new_tokens=3, **options)
     finally:
         handle.remove()
     assert calls == []
@@ -302,7 +302,7 @@ def test_assisted_decoding_is_refused_before_model_work(ragged) -> None:
     calls, handle = counted(model)
     try:
         with pytest.raises(ValueError, match="refused: assistant_model"):
-            model.generate(ids, past_key_values=compressed.fork(), max_new_tokens=3, assistant_model=assistant)
+            model.generate(ids, cache=compressed.fork(), max_new_tokens=3, assistant_model=assistant)
     finally:
         handle.remove()
     assert calls == []
@@ -328,20 +328,38 @@ def test_inputs_that_do_not_continue_the_cache_are_refused_before_model_work(rag
     calls, handle = counted(model)
     try:
         with pytest.raises(ValueError, match=named):
-            model.generate(input_ids, past_key_values=compressed.fork(), max_new_tokens=3, **extra)
+            model.generate(input_ids, cache=compressed.fork(), max_new_tokens=3, **extra)
     finally:
         handle.remove()
     assert calls == []
 
 
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])
+def test_either_name_of_the_cache_argument_continues_a_compressed_cache(ragged, name: str) -> None:
+    """transformers 5.25 renamed ``past_key_values`` to ``cache``; a compressed cache passed under
+    either name gives the same tokens and logits, and is checked the same way."""
+    model, compressed, ids = ragged
+    want = generate(model, ids, compressed.fork(), max_new_tokens=3, do_sample=False)
+    got = model.generate(
+        ids, **{name: compressed.fork()}, max_new_tokens=3, do_sample=False, return_dict_in_generate=True,
+        output_logits=True, output_scores=True,
+    )  # fmt: skip
+    assert_same_as_reference(got, want)
+    state = compressed.fork()
+    model.generate(ids, **{name: state}, max_new_tokens=1, do_sample=False)
+    with pytest.raises(ValueError, match=f"^{name} was already extended by 1 tokens"):
+        model.generate(ids, **{name: state}, max_new_tokens=1)
+
+
 def test_an_extended_cache_is_refused_before_model_work(ragged) -> None:
     model, compressed, ids = ragged
     state = compressed.fork()
-    model.generate(ids, past_key_values=state, max_new_tokens=2, do_sample=False)
+    model.generate(ids, cache=state, max_new_tokens=2, do_sample=False)
     calls, handle = counted(model)
     try:
         with pytest.raises(ValueError, match=r"already extended by 2 tokens.*fork\(\)"):
-            model.generate(ids, past_key_values=state, max_new_tokens=2)
+            model.generate(ids, cache=state, max_new_tokens=2)
     finally:
         handle.remove()
     assert calls == []
@@ -354,7 +372,7 @@ def test_query_agnostic_cache_without_a_question_is_refused() -> None:
         model, context, query_aware=False
     )
     with pytest.raises(ValueError, match="question"):
-        model.generate(context, past_key_values=compressed.fork(), max_new_tokens=3)
+        model.generate(context, cache=compressed.fork(), max_new_tokens=3)
 
 
 def test_model_calls_that_bypass_the_checks_are_still_refused_at_the_wrong_position(ragged) -> None:
@@ -364,12 +382,12 @@ def test_model_calls_that_bypass_the_checks_are_still_refused_at_the_wrong_posit
 
     model, compressed, ids = ragged
     with pytest.raises(ValueError, match="rows"):
-        GenerationMixin.generate(model, ids, past_key_values=compressed.fork(), max_new_tokens=2, num_beams=2)
+        GenerationMixin.generate(model, ids, cache=compressed.fork(), max_new_tokens=2, num_beams=2)
     state = compressed.fork()
     with pytest.raises(ValueError, match="position_ids"):
-        model(ids[:, -1:], past_key_values=state, position_ids=torch.tensor([[ids.shape[1]]]))
+        model(ids[:, -1:], cache=state, position_ids=torch.tensor([[ids.shape[1]]]))
     assert not state.damaged and state.extended == 0
-    logits = model(ids[:, -1:], past_key_values=state).logits[0, -1].float()
+    logits = model(ids[:, -1:], cache=state).logits[0, -1].float()
     want = reference_logits(model, ids[:, :-1], keep_masks(compressed), [ids[:, -1:]])[0]
     torch.testing.assert_close(logits, want, **TOL)
     assert state.extended == 1
@@ -420,7 +438,7 @@ def test_a_cache_fed_outside_generate_or_left_damaged_is_refused_with_its_forks(
         calls, handle = counted(model)
         try:
             with pytest.raises(ValueError, match=r"at or past its next position .*fork\(\)"):
-                model.generate(ids, past_key_values=state, max_new_tokens=2)
+                model.generate(ids, cache=state, max_new_tokens=2)
         finally:
             handle.remove()
         assert calls == []
@@ -433,7 +451,7 @@ def test_generate_with_another_attention_implementation_is_refused(ragged) -> No
     model.set_attn_implementation("sdpa")
     try:
         with pytest.raises(ValueError, match=r"attention implementation is 'sdpa'.*prepare"):
-            model.generate(ids, past_key_values=compressed.fork(), max_new_tokens=2)
+            model.generate(ids, cache=compressed.fork(), max_new_tokens=2)
     finally:
         model.set_attn_implementation("lorekv")
 
@@ -477,7 +495,7 @@ def test_room_reserved_for_an_answer_is_bounded_and_grows_when_needed() -> None:
     compressed, ids = compressed_and_ids(model, POLICIES["uniform"], query_aware=True)
     before = compressed.allocated_bytes()
     state = compressed.fork()
-    model.generate(ids, past_key_values=state, max_new_tokens=400, eos_token_id=[], pad_token_id=0,
+    model.generate(ids, cache=state, max_new_tokens=400, eos_token_id=[], pad_token_id=0,
                    stopping_criteria=StoppingCriteriaList([StopAfterSteps(2)]))  # fmt: skip
     per_slot_all_layers = before // compressed.layers[0].keys.shape[2]
     assert state.allocated_bytes() <= before + (generation.RESERVED_TOKENS + 1) * per_slot_all_layers
@@ -507,4 +525,4 @@ def test_a_prepared_model_pickles_and_still_checks_generate(ragged) -> None:
     model, compressed, ids = ragged
     again = pickle.loads(pickle.dumps(model))
     with pytest.raises(ValueError, match="num_beams=2"):
-        again.generate(ids, past_key_values=compressed.fork(), max_new_tokens=2, num_beams=2)
+        again.generate(ids, cache=compressed.fork(), max_new_tokens=2, num_beams=2)
