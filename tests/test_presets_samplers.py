@@ -90,24 +90,13 @@ INSTRUCTION = "\n\nRepeat the previous context exactly."
 CONTINUATION = "\n\nRepeat the part of the previous context exactly, starting with"
 
 
-def kvzip_reference(
-    model, ids: torch.Tensor, chunk: int, sink_from_every_chunk: bool, replay: int | None = None
-) -> list[torch.Tensor]:
-    """Per layer (G, n): kvpress's KVzip scores, recomputed from the model's own attention.
-
-    For every chunk [start, end): the repeat input (instruction, or continuation + the last 8
-    tokens of the previous chunk; "\\n"; the chunk) is run after the prompt; its queries'
-    softmax covers [first min(4, start) keys | the chunk's keys | its own keys, causal]; the
-    chunk's keys score the max over queries and over the group's heads. kvpress records only
-    the chunk's columns, so the sink keys keep chunk 0's score; lorekv's documented difference
-    (``sink_from_every_chunk``) also takes the later chunks' attention to them into the max.
-    ``replay``: only the chunk's first ``replay`` tokens are repeated (lorekv's ``strided_kvzip``),
-    their queries' softmax still over the whole chunk.
-    """
+def kvzip_repeats(ids: torch.Tensor, chunk: int, replay: int | None = None) -> list[tuple[int, int, torch.Tensor]]:
+    """(start, end, repeat input) per chunk [start, end) of ``ids`` (1, n): the instruction, or the
+    continuation + the last 8 tokens of the previous chunk; "\\n"; the chunk, or its first
+    ``replay`` tokens."""
     tok = CharTokenizer()
     n = ids.shape[1]
-    layers = evictable_layers(model)
-    scores = [torch.zeros(model.config.num_key_value_heads, n, dtype=torch.float64) for _ in layers]
+    out = []
     for i, start in enumerate(range(0, n, chunk)):
         end = min(start + chunk, n)
         if i == 0:
@@ -117,7 +106,29 @@ def kvzip_reference(
                 [torch.tensor(tok.encode(CONTINUATION, add_special_tokens=False)), ids[0, start - 8 : start]]
             )
         replayed = ids[0, start : end if replay is None else min(start + replay, end)]
-        repeat = torch.cat([prompt, torch.tensor(tok.encode("\n", add_special_tokens=False)), replayed])
+        out.append(
+            (start, end, torch.cat([prompt, torch.tensor(tok.encode("\n", add_special_tokens=False)), replayed]))
+        )
+    return out
+
+
+def kvzip_reference(
+    model, ids: torch.Tensor, chunk: int, sink_from_every_chunk: bool, replay: int | None = None
+) -> list[torch.Tensor]:
+    """Per layer (G, n): kvpress's KVzip scores, recomputed from the model's own attention.
+
+    For every chunk [start, end): the repeat input (:func:`kvzip_repeats`) is run after the
+    prompt; its queries' softmax covers [first min(4, start) keys | the chunk's keys | its own keys, causal]; the
+    chunk's keys score the max over queries and over the group's heads. kvpress records only
+    the chunk's columns, so the sink keys keep chunk 0's score; lorekv's documented difference
+    (``sink_from_every_chunk``) also takes the later chunks' attention to them into the max.
+    ``replay``: only the chunk's first ``replay`` tokens are repeated (lorekv's ``strided_kvzip``),
+    their queries' softmax still over the whole chunk.
+    """
+    n = ids.shape[1]
+    layers = evictable_layers(model)
+    scores = [torch.zeros(model.config.num_key_value_heads, n, dtype=torch.float64) for _ in layers]
+    for i, (start, end, repeat) in enumerate(kvzip_repeats(ids, chunk, replay)):
         t = len(repeat)
         recs = reference(model, torch.cat([ids[0], repeat]).view(1, -1))
         sink = min(4, start)
@@ -184,8 +195,15 @@ def test_strided_kvzip_equals_the_reference_rule_with_part_of_each_chunk_replaye
     scores = kvzip_reference(model, ids, chunk, sink_from_every_chunk=True, replay=replay)
     assert all(bool((s > 0).all()) for s in scores)
     sampler = {"name": "strided_kvzip", "chunk_size": chunk, "replay": replay}
-    config = preset("kvzip", budget).override({"sampler": sampler})
-    compressed = Pipeline.from_config(config).compress(model, ids, query_aware=False, tokenizer=CharTokenizer())
+    pipeline = Pipeline.from_config(preset("kvzip", budget).override({"sampler": sampler}))
+    prepare(model)
+    rollout = ModelRollout(model, ids, evictable_layers(model), 0, tokenizer=CharTokenizer())
+    futures = pipeline.sampler.futures(rollout)
+    assert futures.token_ids[0].tolist() == torch.cat([r for _, _, r in kvzip_repeats(ids, chunk, replay)]).tolist()
+    got = pipeline.scorer.score(futures)[0]  # (L, G, n)
+    for layer, want in zip(got, scores, strict=True):
+        torch.testing.assert_close(layer.double(), want, rtol=1e-4, atol=1e-6)
+    compressed = pipeline.compress(model, ids, query_aware=False, tokenizer=CharTokenizer())
     assert kept(compressed) == global_top(scores, n, budget)
 
 

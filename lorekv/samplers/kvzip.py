@@ -127,14 +127,14 @@ class KVzipSampler(Sampler):
         by_length: dict[int, list[int]] = {}
         for i, (_, _, ids) in enumerate(inputs):
             by_length.setdefault(ids.shape[0], []).append(i)
-        forced: list[Trajectories | None] = [None] * len(inputs)
+        forced: dict[int, Trajectories] = {}
         for chunks in by_length.values():  # chunks of one length: one pass, as branches of the prompt
             batch = _compact(
                 rollout.teacher_force(torch.stack([inputs[i][2] for i in chunks]), stats=self.config.token_stats)
             )
             for row, i in enumerate(chunks):
                 forced[i] = _row(batch, row)
-        parts = [(start, end, traj) for (start, end, _), traj in zip(inputs, forced, strict=True)]
+        parts = [(start, end, forced[i]) for i, (start, end, _) in enumerate(inputs)]
         layers = []
         for i, first in enumerate(parts[0][2].layers):
             per_chunk = [traj.layers[i] for _, _, traj in parts]
