@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from functools import cache
 
 import pytest
 from docs.blocks import ROOT
@@ -31,11 +32,17 @@ def transcripts() -> list[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("page,command,shown", transcripts(), ids=lambda v: v if "\n" not in v else "")
 def test_a_listing_in_the_docs_is_what_the_command_prints(page: str, command: str, shown: str) -> None:
-    # a fresh process: the registries as shipped, not as other tests extended them
-    printed = subprocess.run(
+    printed = output(command)
+    assert shown == printed, f"{page}: `lorekv {command}` prints\n{printed}"
+
+
+@cache
+def output(command: str) -> str:
+    """What ``lorekv <command>`` prints, in a fresh process: the registries as shipped, not as
+    other tests extended them."""
+    return subprocess.run(
         [sys.executable, "-m", "lorekv", command], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout
-    assert shown == printed, f"{page}: `lorekv {command}` prints\n{printed}"
 
 
 def test_the_docs_show_both_listings() -> None:
