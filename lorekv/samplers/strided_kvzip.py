@@ -5,8 +5,9 @@ https://arxiv.org/abs/2505.23416; :mod:`lorekv.samplers.kvzip`) teacher-forces t
 context a second time after a "repeat" instruction, so its compression costs a second pass
 over the context on top of the prefill. This sampler splits the context into chunks of
 ``chunk_size`` tokens as KVzip does, but replays only the first ``replay`` tokens of each: the
-repeat inputs hold about replay / chunk_size of the context, and the cost of sampling and
-scoring falls by about that factor.
+repeat inputs hold about replay / chunk_size of the context (plus one instruction per chunk).
+The cost falls by less than that factor: every replayed query still meets the whole prompt's
+cache and its chunk's keys.
 
 What it estimates: every replayed query's softmax covers the sinks and its *whole* chunk (the
 replayed part and the rest), as KVzip's chunked softmax, so every token of the context is scored
