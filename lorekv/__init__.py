@@ -10,8 +10,10 @@ methods by name, :func:`load` loads a model and its tokenizer, :func:`decode` an
 compressed cache and :func:`generate_full` is the full-cache baseline. A compressed cache is a
 transformers ``Cache``: ``model.generate(input_ids, cache=compressed)`` continues it.
 :func:`save_compressed` and :func:`load_compressed` keep a compressed context in a file.
-:func:`register_text_generation` registers the ``"lorekv-text-generation"`` transformers
-pipeline (:class:`TextGenerationPipeline`: a context and questions in, answers out).
+:class:`TextGenerationPipeline` is the ``"lorekv-text-generation"`` transformers pipeline (a
+context and questions in, answers out): ``import lorekv`` makes ``transformers.pipeline`` know it
+as soon as transformers' pipelines load (:mod:`lorekv.autoregister`);
+:func:`register_text_generation` registers it explicitly.
 
 The names are imported on first use, so that ``import lorekv.scorers`` (or any other
 component family) does not import transformers.
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from lorekv.autoregister import install as _install_text_generation
 
 __version__ = "0.1.0"
 
@@ -72,6 +76,9 @@ if TYPE_CHECKING:
     from lorekv.pipeline import Pipeline, PipelineConfig
     from lorekv.presets import PRESETS, preset
     from lorekv.text_generation import TextGenerationPipeline, register_text_generation
+
+
+_install_text_generation()
 
 
 def __getattr__(name: str) -> Any:

@@ -258,7 +258,11 @@ def eval_(
 @_guarded
 def report(
     results: Annotated[list[Path], typer.Argument(help="Results JSONL files (a merged grid, or several).")],
-    out: Annotated[Path, typer.Option(help="Folder for report.md and figures/.")] = Path("report"),
+    out: Annotated[Path, typer.Option(help="Folder for report.md (leaderboard.md) and figures/.")] = Path("report"),
+    leaderboard: Annotated[
+        bool,
+        typer.Option(help="Write the leaderboard instead: every method against the best at each budget, per setting."),
+    ] = False,
     reference: Annotated[
         str | None, typer.Option(help="Method the paired differences are taken against (default: first method).")
     ] = None,
@@ -270,10 +274,12 @@ def report(
         list[str] | None, typer.Option(help="Report only this task label (repeatable), e.g. niah_single.")
     ] = None,
 ) -> None:
-    """Write the Markdown report (tables with 95% intervals, paired differences) and figures."""
+    """Write the Markdown report (tables with 95% intervals, paired differences) and figures, or the leaderboard."""
     from lorekv.eval.harness import read_results
-    from lorekv.eval.report import write_report
 
+    if leaderboard and (reference is not None or baseline is not None):
+        given = "reference" if reference is not None else "baseline"
+        raise ValueError(f"{given}: the leaderboard compares every method with the best at each budget; drop --{given}")
     rows, headers = read_results(results)
     if not rows:
         raise ValueError(f"results: no rows in {', '.join(map(str, results))}")
@@ -283,7 +289,15 @@ def report(
         if unknown:
             raise ValueError(f"task: no rows for {unknown}; tasks present: {', '.join(sorted(present))}")
         rows = [r for r in rows if r["task"] in task]
-    path = write_report(rows, headers, out, reference=reference, baseline=baseline, figures=figures)
+    if leaderboard:
+        from lorekv.eval.leaderboard import leaderboard_command, write_leaderboard
+
+        source = leaderboard_command(results, out, tasks=task or ())
+        path = write_leaderboard(rows, headers, out, figures=figures, source=source)
+    else:
+        from lorekv.eval.report import write_report
+
+        path = write_report(rows, headers, out, reference=reference, baseline=baseline, figures=figures)
     typer.echo(str(path))
 
 

@@ -230,6 +230,7 @@ def prefill(
     query_aware: bool = True,
     tokenizer: PreTrainedTokenizerBase | None = None,
     compile: bool = False,
+    query_norms: bool = False,
 ) -> BatchRollout:
     """The prompts ``input_ids`` (b, N), left-padded, prefilled once for every sampler in ``samplers``.
 
@@ -238,7 +239,9 @@ def prefill(
     pipeline alone and every method of an evaluation unit alike. Row i's candidates are its
     first n_i - 1 tokens query-aware (the last is re-fed through the compressed cache), all n_i
     otherwise. ``lengths`` (the real token counts, from :func:`check_batch`) spare a second read
-    of ``attention_mask``. Nothing is checked here: validate with :meth:`Pipeline.check_input` first.
+    of ``attention_mask``. ``query_norms``: the captures record their queries' hidden-state norms
+    (a scorer that reads them, KVzip+, needs it). Nothing is checked here: validate with
+    :meth:`Pipeline.check_input` first.
     """
     windows = [sampler.prefill_window for sampler in samplers]
     ints = [w for w in windows if w != "all"]
@@ -257,6 +260,7 @@ def prefill(
         pending=1 if query_aware else 0,
         stats_window=max(ints, default=0),
         compile=compile,
+        query_norms=query_norms,
     )
 
 
@@ -423,6 +427,7 @@ class Pipeline:
                 query_aware=query_aware,
                 tokenizer=tokenizer,
                 compile=self.compile,
+                query_norms=self.scorer.needs_query_norms,
             )
         with timer.phase("sampling"):
             futures = sampler.futures_batch(batch)
@@ -451,6 +456,7 @@ class Pipeline:
             query_aware=query_aware,
             tokenizer=tokenizer,
             compile=self.compile,
+            query_norms=self.scorer.needs_query_norms,
         )
 
     def score(self, trajectories: Trajectories, candidates: int) -> tuple[torch.Tensor, torch.Tensor]:

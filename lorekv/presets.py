@@ -344,7 +344,7 @@ def kvzip(budget: int, chunk_size: int = 2048) -> PipelineConfig:
     choice, a fixed B per head). Differs: the whole prompt is reconstructed (kvpress skips a chat
     template prefix, whose tokens then score 0); the 4 sink keys, in every later chunk's
     softmax, score the max over every chunk's queries (kvpress keeps chunk 0's); softmax in
-    float32 (kvpress: the model dtype); no KVzip+ normalisation.
+    float32 (kvpress: the model dtype); KVzip+'s normalisation is the ``kvzip_plus`` preset.
     """
     return PipelineConfig(
         sampler={"name": "kvzip", "chunk_size": chunk_size},
@@ -352,6 +352,21 @@ def kvzip(budget: int, chunk_size: int = 2048) -> PipelineConfig:
         aggregator={"name": "mean"},
         policy={"name": "global", "budget": budget},
     )
+
+
+def kvzip_plus(budget: int, chunk_size: int = 2048) -> PipelineConfig:
+    """KVzip+: KVzip's reconstruction attention, divided by ||h|| and weighted by ||W_o v|| (needs tokenizer=).
+
+    The score KVzap learns to predict (KVzap, https://arxiv.org/abs/2601.07891, and its code in
+    kvpress), as kvpress's ``KVzipPress(kvzip_plus_normalization=True)``:
+    KVzip's reconstruction (the ``kvzip`` preset: the same chunks, instruction, visibility and
+    global threshold), each repeat query's softmax weight on token j divided by ||h||, the norm
+    of the query's hidden state entering the attention (after the layer's input norm), and
+    multiplied by ||W_o^h v_j||_2, the norm of what token j's value adds to head h's output;
+    the max over the queries and the group's heads. Differs from kvpress as the ``kvzip``
+    preset does (sink keys scored by every chunk, softmax in float32).
+    """
+    return kvzip(budget, chunk_size).override({"scorer.name": "kvzip_plus"})
 
 
 def laq(
@@ -420,10 +435,32 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "h2o": h2o,
     "critical_kv": critical_kv,
     "kvzip": kvzip,
+    "kvzip_plus": kvzip_plus,
     "knorm": knorm,
     "random": random,
     "expected_attention": expected_attention,
 }
+
+
+PAPERS: dict[str, str | None] = {
+    "lore_kv": "https://arxiv.org/abs/2610.07643",
+    "lore_kv_agnostic": "https://arxiv.org/abs/2610.07643",
+    "snapkv": "https://arxiv.org/abs/2404.14469",
+    "pyramidkv": "https://arxiv.org/abs/2406.02069",
+    "ada_kv": "https://arxiv.org/abs/2407.11550",
+    "tova": "https://arxiv.org/abs/2401.06104",
+    "streaming_llm": "https://arxiv.org/abs/2309.17453",
+    "greedy_lookahead": None,
+    "laq": "https://arxiv.org/abs/2505.20334",
+    "h2o": "https://arxiv.org/abs/2306.14048",
+    "critical_kv": "https://arxiv.org/abs/2502.03805",
+    "kvzip": "https://arxiv.org/abs/2505.23416",
+    "kvzip_plus": "https://arxiv.org/abs/2601.07891",
+    "knorm": "https://arxiv.org/abs/2406.11430",
+    "random": None,
+    "expected_attention": "https://arxiv.org/abs/2510.00636",
+}
+"""The paper each preset implements (its docstring cites it), None for lorekv's own variants and baselines."""
 
 
 def preset(name: str, budget: int, **options: Any) -> PipelineConfig:

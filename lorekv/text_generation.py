@@ -1,14 +1,15 @@
 """Text in, text out: the ``"lorekv-text-generation"`` transformers pipeline.
 
-After one call to :func:`register` (``lorekv.register_text_generation()``)::
+After ``import lorekv``::
 
     pipe = transformers.pipeline("lorekv-text-generation", model=model, tokenizer=tokenizer)
     pipe(context, question="...", method=preset("lore_kv", 64), max_new_tokens=32)
     pipe(context, questions=["...", "..."], method=preset("lore_kv", 64))  # one compression
 
-Registration is an explicit call, not a side effect of ``import lorekv``: importing lorekv (or
-one of its component families) must not import transformers, which the families are tested
-without.
+``import lorekv`` registers it as soon as transformers' pipelines load (:mod:`lorekv.autoregister`:
+importing lorekv or one of its component families must not import transformers, which the
+families are tested without), and importing this module registers it; :func:`register` is the
+explicit call.
 
 This module is the one place above the binding that imports transformers: a transformers
 ``Pipeline`` subclass that builds a lorekv :class:`~lorekv.pipeline.Pipeline` needs both.
@@ -198,5 +199,7 @@ def register() -> type[TextGenerationPipeline]:
 
 register_text_generation = register
 """The name ``lorekv`` exports: ``lorekv.register_text_generation()``."""
+
+register()
 
 __all__ = ["TASK", "TextGenerationPipeline", "as_pipeline", "register", "register_text_generation"]

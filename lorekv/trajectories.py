@@ -49,6 +49,9 @@ class LayerCapture:
             position embedding (RoPE) tables, query q at position p being stored as
             ``q * cos[p] + rotate_half(q) * sin[p]``; None when not known (a capture built by
             hand). Scorers that model future positions (Expected Attention) need it.
+        query_norms: optional (M, T) ||h|| (at least float32), the L2 norm of each query's hidden state
+            where it enters the attention module (after the layer's input norm); None when not
+            recorded. KVzip+'s normalisation divides a query's attention by it.
     """
 
     layer_idx: int
@@ -62,6 +65,7 @@ class LayerCapture:
     scaling: float
     visible_spans: torch.Tensor | None = None
     rotary: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+    query_norms: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         m, h, t, d = self.queries.shape
@@ -77,6 +81,8 @@ class LayerCapture:
         check_shape("o_proj", self.o_proj, (None, h * d))
         if self.visible_spans is not None:
             check_shape("visible_spans", self.visible_spans, (t, None, 2))
+        if self.query_norms is not None:
+            check_shape("query_norms", self.query_norms, (m, t))
 
     @property
     def num_futures(self) -> int:
@@ -135,6 +141,7 @@ class LayerCapture:
             queries=self.queries[start:stop],
             response_keys=self.response_keys[start:stop],
             response_values=self.response_values[start:stop],
+            query_norms=None if self.query_norms is None else self.query_norms[start:stop],
         )
 
     def to(self, dtype: torch.dtype) -> LayerCapture:
@@ -159,6 +166,7 @@ class LayerCapture:
             queries=self.queries[:, :, start:stop],
             query_positions=self.query_positions[start:stop],
             visible_spans=spans,
+            query_norms=None if self.query_norms is None else self.query_norms[:, start:stop],
         )
 
 
@@ -207,6 +215,14 @@ class Trajectories:
         return tuple(layer.layer_idx for layer in self.layers)
 
 
+def cat_norms(parts: Sequence[torch.Tensor | None], dim: int) -> torch.Tensor | None:
+    """The parts' ``query_norms`` concatenated along ``dim`` (0: futures, 1: queries), or None
+    when any part lacks them (a score that needs them then refuses the whole capture)."""
+    if any(part is None for part in parts):
+        return None
+    return torch.cat(list(parts), dim=dim)  # type: ignore[arg-type]
+
+
 def concat_futures(parts: Sequence[Trajectories]) -> Trajectories:
     """The futures of ``parts`` as one :class:`Trajectories` of M = sum_i M_i futures, in order.
 
@@ -232,6 +248,7 @@ def concat_futures(parts: Sequence[Trajectories]) -> Trajectories:
             queries=torch.cat([p.layers[i].queries for p in parts]),
             response_keys=torch.cat([p.layers[i].response_keys for p in parts]),
             response_values=torch.cat([p.layers[i].response_values for p in parts]),
+            query_norms=cat_norms([p.layers[i].query_norms for p in parts], dim=0),
         )
         for i, layer in enumerate(first.layers)
     )

@@ -35,7 +35,9 @@ def attention_function(model, name: str, function: Callable, mask: str = "eager"
 
 
 def reference(model, ids: torch.Tensor) -> dict[int, dict[str, object]]:
-    """Per layer: the model's own query (H, q, d), key and value (G, q, d), scaling, output (H, q, d)."""
+    """Per layer: the model's own query (H, q, d), key and value (G, q, d), scaling, output (H, q, d),
+    and ``attention_input`` (q, D): the hidden states entering the attention, the residual stream
+    the model returns (``output_hidden_states``) through the layer's own input norm."""
     records: dict[int, dict[str, object]] = {}
 
     def recording(module, query, key, value, attention_mask, **kwargs):
@@ -48,5 +50,7 @@ def reference(model, ids: torch.Tensor) -> dict[int, dict[str, object]]:
         return out, None
 
     with attention_function(model, RECORD, recording):
-        model(ids, use_cache=False)
+        hidden = model(ids, use_cache=False, output_hidden_states=True).hidden_states
+        for index, layer in enumerate(model.model.layers):
+            records[index]["attention_input"] = layer.input_layernorm(hidden[index])[0].detach()
     return records

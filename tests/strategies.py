@@ -105,6 +105,7 @@ def make_capture(
         o_proj=normal(big_d, h * d),
         scaling=d**-0.5,
         rotary=rope_tables(d) if d % 2 == 0 else None,  # RoPE pairs coordinates: no tables for an odd d
+        query_norms=(torch.rand(m, t, generator=gen) * 2 + 0.5).to(dtype),  # drawn last: the rest as before
     )
 
 

@@ -68,7 +68,7 @@ def test_a_layer_whose_queries_fit_its_prompt_kv_is_scored_in_one_pass(name: str
     assert len(calls) == 1
     calls.clear()
     more = {key: getattr(layer, key).repeat(8, 1, 1, 1) for key in ("queries", "response_keys", "response_values")}
-    many = replace(layer, **more)
+    many = replace(layer, **more, query_norms=layer.query_norms.repeat(8, 1))
     scorer.score(make_trajectories((many,)))
     assert len(calls) > 1, "32 futures' queries hold more than the layer's prompt KV: chunked"
 

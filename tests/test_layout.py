@@ -29,6 +29,8 @@ ALLOWED = {
     "presets": {"pipeline", "presets"},
     "runfiles": {"runfiles"},
     "text_generation": {"contracts", "families", "hf", "models", "pipeline", "presets", "text_generation"},
+    # Registers the text pipeline when transformers' pipelines load; imports nothing at import time.
+    "autoregister": {"text_generation", "autoregister"},
     "eval": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval"},
     "cost": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval", "cost"},
     "cli": {
@@ -44,7 +46,18 @@ ALLOWED = {
         "cost",
         "cli",
     },
-    "root": {"contracts", "families", "hf", "models", "pipeline", "presets", "text_generation", "eval", "cost"},
+    "root": {
+        "contracts",
+        "families",
+        "hf",
+        "models",
+        "pipeline",
+        "presets",
+        "text_generation",
+        "eval",
+        "cost",
+        "autoregister",
+    },  # fmt: skip
     "extras": set(),
 }
 # Leaves every layer may import: lorekv.extras (optional dependencies) imports nothing of lorekv.

@@ -113,7 +113,7 @@ def kvzip_repeats(ids: torch.Tensor, chunk: int, replay: int | None = None) -> l
 
 
 def kvzip_reference(
-    model, ids: torch.Tensor, chunk: int, sink_from_every_chunk: bool, replay: int | None = None
+    model, ids: torch.Tensor, chunk: int, sink_from_every_chunk: bool, replay: int | None = None, plus: bool = False
 ) -> list[torch.Tensor]:
     """Per layer (G, n): kvpress's KVzip scores, recomputed from the model's own attention.
 
@@ -123,7 +123,9 @@ def kvzip_reference(
     the chunk's columns, so the sink keys keep chunk 0's score; lorekv's documented difference
     (``sink_from_every_chunk``) also takes the later chunks' attention to them into the max.
     ``replay``: only the chunk's first ``replay`` tokens are repeated (lorekv's ``strided_kvzip``),
-    their queries' softmax still over the whole chunk.
+    their queries' softmax still over the whole chunk. ``plus``: KVzip+ (kvpress's
+    ``kvzip_plus_normalization``): each weight divided by the norm of its query's hidden state
+    entering the attention and multiplied by ||W_o^h v|| of its key's value, before the max.
     """
     n = ids.shape[1]
     layers = evictable_layers(model)
@@ -141,7 +143,15 @@ def kvzip_reference(
             own = sink + end - start
             for row in range(t):
                 logits[:, row, own + row + 1 :] = -math.inf
-            a = torch.softmax(logits, dim=-1).amax(dim=1)  # (H, keys): max over the queries
+            a = torch.softmax(logits, dim=-1)  # (H, T, keys)
+            if plus:
+                h_norm = rec["attention_input"][n : n + t].double().norm(dim=-1)  # (T,)
+                value = rec["value"].double()
+                values = torch.cat([value[:, :sink], value[:, start:end], value[:, n : n + t]], dim=1)
+                w_o = rec["o_proj"].double().view(-1, len(values) * GROUP, values.shape[-1])  # (D, H, d)
+                wov = torch.einsum("Dhd,hkd->hkD", w_o, values.repeat_interleave(GROUP, 0)).norm(dim=-1)
+                a = a / h_norm[None, :, None] * wov[:, None, :]
+            a = a.amax(dim=1)  # (H, keys): max over the queries
             per_kv = a.view(-1, GROUP, a.shape[-1]).amax(dim=1)  # max over the group
             scores[li][:, start:end] = per_kv[:, sink:own]
             if sink_from_every_chunk and i > 0:
@@ -181,6 +191,39 @@ def test_kvzip_equals_the_reference_rule(query_aware: bool, n: int, chunk: int) 
         assert all(
             s[:, 4:].equal(t[:, 4:]) for s, t in zip(strict, kvzip_reference(model, ids, chunk, True), strict=True)
         )
+
+
+@pytest.mark.parametrize("n,chunk", [(40, 2048), (50, 20)], ids=["one-chunk", "three-chunks"])
+def test_kvzip_plus_equals_the_reference_rule(n: int, chunk: int) -> None:
+    """KVzip+: the reconstruction's weights over ||h|| of the query's attention input times
+    ||W_o^h v|| of the key, recomputed from the model's own hidden states, values and W_o; the
+    scores differ from KVzip's, the kept sets follow them."""
+    model = tiny_llama(115, layers=2)
+    ids = random_ids(n, seed=215)
+    budget = 9
+    plus = kvzip_reference(model, ids, chunk, sink_from_every_chunk=True, plus=True)
+    plain = kvzip_reference(model, ids, chunk, sink_from_every_chunk=True)
+    assert not any(torch.allclose(p / p.max(), q / q.max(), rtol=0.05) for p, q in zip(plus, plain, strict=True))
+    pipeline = Pipeline.from_config(preset("kvzip_plus", budget, chunk_size=chunk))
+    prepare(model)
+    rollout = ModelRollout(model, ids, evictable_layers(model), 0, tokenizer=CharTokenizer(), query_norms=True)
+    got = pipeline.scorer.score(pipeline.sampler.futures(rollout))[0]  # (L, G, n)
+    for layer, want in zip(got, plus, strict=True):
+        torch.testing.assert_close(layer.double(), want, rtol=1e-4, atol=1e-7)
+    compressed = pipeline.compress(model, ids, query_aware=False, tokenizer=CharTokenizer())
+    assert kept(compressed) == global_top(plus, n, budget)
+
+
+def test_kvzip_plus_refuses_a_capture_without_hidden_state_norms() -> None:
+    """A rollout built by hand without ``query_norms=True`` records none; the scorer says what to do."""
+    model = tiny_llama(116, layers=1)
+    ids = random_ids(30, seed=216)
+    pipeline = Pipeline.from_config(preset("kvzip_plus", 6))
+    prepare(model)
+    futures = pipeline.sampler.futures(ModelRollout(model, ids, evictable_layers(model), 0, tokenizer=CharTokenizer()))
+    assert all(layer.query_norms is None for layer in futures.layers)
+    with pytest.raises(ValueError, match="kvzip_plus.*query_norms.*query_norms=True"):
+        pipeline.scorer.score(futures)
 
 
 @pytest.mark.parametrize("n,chunk,replay", [(50, 20, 6), (45, 16, 1), (50, 20, 20)])

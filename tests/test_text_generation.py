@@ -121,3 +121,47 @@ def test_generate_options_are_refused_before_the_compression(pipe) -> None:
     finally:
         handle.remove()
     assert calls == []
+
+
+IMPORT_ORDERS = {
+    "lorekv first": "import lorekv\n"
+    "assert 'transformers' not in sys.modules, 'import lorekv imported transformers'\n"
+    "import transformers\n"
+    "from tiny_models import tiny_llama, word_tokenizer\n"
+    "assert 'lorekv.text_generation' not in sys.modules, 'registered by importing the module, not by the hook'\n",
+    "transformers' pipelines first": "import transformers.pipelines\nimport lorekv\n"
+    "from tiny_models import tiny_llama, word_tokenizer\n",
+}
+
+
+@pytest.mark.parametrize("order", list(IMPORT_ORDERS))
+def test_import_lorekv_makes_the_task_known_to_transformers_pipeline_in_either_order(order: str) -> None:
+    """As ``import kvpress`` does for its pipeline, without ``import lorekv`` importing transformers:
+    ``transformers.pipeline(TASK, ...)`` builds lorekv's pipeline with no explicit registration."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        + IMPORT_ORDERS[order]
+        + "pipe = transformers.pipeline('lorekv-text-generation', model=tiny_llama(31, layers=2),"
+        " tokenizer=word_tokenizer(), device='cpu')\n"
+        "from lorekv.text_generation import TextGenerationPipeline\n"
+        "assert type(pipe) is TextGenerationPipeline, type(pipe)\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_failed_registration_warns_with_the_explicit_call_and_leaves_transformers_importable(monkeypatch) -> None:
+    from lorekv import autoregister
+
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(text_generation, "register", broken)
+    with pytest.warns(RuntimeWarning, match=r"boom.*lorekv\.register_text_generation\(\)"):
+        autoregister.register_now()

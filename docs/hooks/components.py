@@ -6,7 +6,7 @@ section per registered component: the class's summary, then a table of the confi
 with their type, default and allowed range taken from ``model_json_schema()`` and the
 description from the ``Attributes:`` section of the config's docstring. A default is therefore
 written once, in code; ``tests/docs/test_components_page.py`` checks the rendered tables
-against the configs. ``<!-- lorekv:presets -->`` renders every preset's signature, and
+against the configs. ``<!-- lorekv:presets -->`` renders every preset's signature and paper, and
 ``<!-- lorekv:cli COMMAND -->`` a ``lorekv`` subcommand's arguments and options, with their
 defaults and help, from the typer app.
 """
@@ -146,16 +146,24 @@ def render_family(family: str) -> str:
     return "\n".join(out)
 
 
+def paper_of(name: str) -> str:
+    """A preset's paper (``lorekv.presets.PAPERS``) as a Markdown link, or an em dash for none."""
+    from lorekv.presets import PAPERS
+
+    url = PAPERS[name]
+    return f"[{url.rsplit('/', 1)[1]}]({url})" if url else "—"
+
+
 def render_presets() -> str:
-    """A table of every preset: its signature (defaults from the function itself) and docstring summary."""
+    """A table of every preset: its signature (defaults from the function itself), docstring summary and paper."""
     from lorekv.presets import PRESETS
 
-    rows = ["| preset | signature | method |", "|---|---|---|"]
+    rows = ["| preset | signature | method | paper |", "|---|---|---|---|"]
     for name, function in PRESETS.items():
         params = inspect.signature(function).parameters.values()
         signature = "(" + ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in params) + ")"
         method = summary(function).replace("|", "\\|")
-        rows.append(f"| `{name}` | `{function.__name__}{signature}` | {method} |")
+        rows.append(f"| `{name}` | `{function.__name__}{signature}` | {method} | {paper_of(name)} |")
     return "\n".join(rows)
 
 

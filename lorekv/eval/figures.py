@@ -29,6 +29,7 @@ from lorekv.eval.rows import (  # noqa: E402
     budget_labels,
     budget_value,
     check_rows,
+    kept_fraction,
     macro_cells,
     median_seconds,
     methods_of,
@@ -67,6 +68,24 @@ def _save(fig: Figure, path: str | Path) -> Path:
 def _yerr(stats: Sequence[CellStats]) -> np.ndarray:
     """Asymmetric error bars (2, k) from means and interval bounds."""
     return np.array([[s.mean - s.lo for s in stats], [s.hi - s.mean for s in stats]])
+
+
+def _full_cache_line(ax: Any, cells: Mapping[tuple[str, str], CellStats]) -> None:
+    """The full cache's accuracy as a dashed line with its 95% band, when the cells hold it."""
+    full = cells.get((FULL, FULL))
+    if full is not None:
+        ref = REFERENCE_STYLES[FULL]
+        ax.axhline(full.mean, color=ref.color, linestyle=ref.linestyle, linewidth=1.2, label=f"{FULL} cache")
+        ax.axhspan(full.lo, full.hi, color=ref.color, alpha=0.06)
+
+
+def _accuracy_axes(ax: Any, title: str) -> None:
+    """The y axis, grid, title and legend shared by the accuracy-against-budget figures."""
+    ax.set_ylabel("accuracy (macro over tasks)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
 def _is_ratio(rows: Sequence[Mapping[str, Any]], label: str) -> bool:
@@ -117,22 +136,56 @@ def accuracy_vs_budget(
                 fontsize=7,
                 color=color,
             )
-    full = cells.get((FULL, FULL))
-    if full is not None:
-        ref = REFERENCE_STYLES[FULL]
-        ax.axhline(full.mean, color=ref.color, linestyle=ref.linestyle, linewidth=1.2, label=f"{FULL} cache")
-        ax.axhspan(full.lo, full.hi, color=ref.color, alpha=0.06)
+    _full_cache_line(ax, cells)
     ax.set_xscale("log", base=2)
     ticks = sorted({budget_value(rows, label) for label in labels})
     if ticks:
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.minorticks_off()
     ax.set_xlabel("budget B (kept prompt entries per KV head; hollow: ratio budgets at their median B)")
-    ax.set_ylabel("accuracy (macro over tasks)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(True, which="major", alpha=0.3)
-    ax.set_title(f"Accuracy vs budget — {_section_title(rows)}\n(bands: 95% intervals)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    _accuracy_axes(ax, f"Accuracy vs budget — {_section_title(rows)}\n(bands: 95% intervals)")
+    return _save(fig, path)
+
+
+def accuracy_vs_kept_fraction(
+    rows: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    *,
+    order: Sequence[str] | None = None,
+    seed: int = 0,
+    resamples: int = 10_000,
+) -> Path:
+    """The leaderboard's figure: macro accuracy against the kept fraction of the prompt (log axis),
+    a line through every budget column of a method (fixed budgets and ratios alike, each at its
+    median kept fraction), the full cache a dashed line with its 95% band. The methods' intervals
+    are in the leaderboard's table: a dozen overlapping bands would hide the lines.
+
+    ``order``: the methods in legend order (default: order of appearance).
+    """
+    rows = _one_section(rows)
+    cells = macro_cells(rows, seed=seed, resamples=resamples)
+    labels = budget_labels(rows)
+    fraction = {label: kept_fraction(rows, label) for label in labels}
+    methods = [m for m in (order or methods_of(rows)) if m != FULL]
+    styles = method_styles(methods_of(rows))
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for method in methods:
+        points = sorted((fraction[lab], cells[(method, lab)]) for lab in labels if (method, lab) in cells)
+        if not points:
+            continue
+        x, stats = [p[0] for p in points], [p[1] for p in points]
+        style = styles[method]
+        ax.plot(
+            x, [s.mean for s in stats], marker=style.marker, linestyle=style.linestyle, color=style.color, label=method
+        )
+    _full_cache_line(ax, cells)
+    ax.set_xscale("log")
+    ticks = sorted(set(fraction.values()))
+    if ticks:
+        ax.set_xticks(ticks, [f"{t:.1%}" for t in ticks], rotation=45)
+        ax.minorticks_off()
+    ax.set_xlabel("kept fraction of the prompt (median over samples; log axis)")
+    _accuracy_axes(ax, f"Accuracy vs kept fraction — {_section_title(rows)}\n(band: the full cache's 95% interval)")
     return _save(fig, path)
 
 
@@ -293,4 +346,11 @@ def section_figures(
     return out
 
 
-__all__ = ["ablation_bars", "accuracy_vs_budget", "accuracy_vs_time", "keep_map", "section_figures"]
+__all__ = [
+    "ablation_bars",
+    "accuracy_vs_budget",
+    "accuracy_vs_kept_fraction",
+    "accuracy_vs_time",
+    "keep_map",
+    "section_figures",
+]

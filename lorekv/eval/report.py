@@ -30,6 +30,7 @@ from lorekv.eval.rows import (
     budget_labels,
     cell_label,
     check_rows,
+    kept_fraction,
     macro_cells,
     median_seconds,
     methods_of,
@@ -304,13 +305,10 @@ def time_table(rows: Sequence[Mapping[str, Any]], reference: str) -> list[str]:
 
 def budget_fractions(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line: each budget column as the median fraction of the prompt's candidates it keeps."""
-    fractions: dict[str, list[float]] = {}
-    for row in rows:
-        if row["budget"] is not None:
-            fractions.setdefault(str(row["budget_label"]), []).append(row["budget"] / row["candidates"])
-    if not fractions:
+    labels = list(dict.fromkeys(str(r["budget_label"]) for r in rows if r["budget"] is not None))
+    if not labels:
         return []
-    parts = [f"{label} keeps {statistics.median(v):.1%}" for label, v in fractions.items()]
+    parts = [f"{label} keeps {kept_fraction(rows, label):.1%}" for label in labels]
     return ["Budgets as a fraction of the prompt (median over samples): " + ", ".join(parts) + ".", ""]
 
 

@@ -115,6 +115,15 @@ def budget_value(rows: Sequence[Mapping[str, Any]], label: str) -> float:
     return float(statistics.median(budgets))
 
 
+def kept_fraction(rows: Sequence[Mapping[str, Any]], label: str) -> float:
+    """The median over the rows of ``label`` of the fraction of the prompt's candidates it keeps
+    (B / candidates): the one axis on which fixed budgets and ratios compare."""
+    fractions = [r["budget"] / r["candidates"] for r in rows if r["budget_label"] == label and r["budget"] is not None]
+    if not fractions:
+        raise ValueError(f"budget_label {label!r} has no numeric budget in these rows")
+    return float(statistics.median(fractions))
+
+
 def budget_labels(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Budget columns, full cache excluded: fixed budgets (B=...) by B, then ratios by ratio."""
 

@@ -176,6 +176,51 @@ def paired_difference(
     return PairedDifference(mean, lo, hi, wins, losses, ties, sign_test_p(wins, losses))
 
 
+def macro_paired_difference(
+    a_by_task: Mapping[str, Sequence[float]],
+    b_by_task: Mapping[str, Sequence[float]],
+    *,
+    seed: int = 0,
+    resamples: int = 10_000,
+) -> PairedDifference:
+    """The macro paired difference of two methods: the mean over tasks of each task's mean of
+    d_i = a_i - b_i, so every task weighs the same (as in :func:`macro_interval`).
+
+    The interval is a bootstrap stratified by task (each replicate resamples every task's pairs
+    within that task and averages the task means); the tally and the exact sign test pool the
+    pairs of all tasks. With one task it is :func:`paired_difference`; identical vectors give
+    exactly 0 with interval [0, 0].
+    """
+    if not a_by_task or set(a_by_task) != set(b_by_task):
+        raise ValueError(
+            "a_by_task and b_by_task must name the same non-empty tasks, "
+            f"got {sorted(a_by_task)} and {sorted(b_by_task)}"
+        )
+    if len(a_by_task) == 1:
+        (task,) = a_by_task
+        return paired_difference(a_by_task[task], b_by_task[task], seed=seed, resamples=resamples)
+    _check_bootstrap(seed, resamples)
+    diffs = {}
+    for task in a_by_task:
+        x, y = (
+            _scores_array(f"a_by_task[{task!r}]", a_by_task[task]),
+            _scores_array(f"b_by_task[{task!r}]", b_by_task[task]),
+        )
+        if x.size != y.size:
+            raise ValueError(f"task {task!r}: a and b must be paired (same length), got {x.size} and {y.size}")
+        diffs[task] = x - y
+    pooled = np.concatenate(list(diffs.values()))
+    wins, losses = int(np.sum(pooled > 0)), int(np.sum(pooled < 0))
+    ties = int(pooled.size) - wins - losses
+    mean = float(np.mean([d.mean() for d in diffs.values()]))
+    if wins == losses == 0:
+        lo = hi = 0.0
+    else:
+        rng = np.random.default_rng(seed)
+        lo, hi = _percentiles(np.mean([bootstrap_means(d, rng, resamples) for d in diffs.values()], axis=0))
+    return PairedDifference(mean, lo, hi, wins, losses, ties, sign_test_p(wins, losses))
+
+
 def macro_interval(
     scores_by_task: Mapping[str, Sequence[float]], *, seed: int = 0, resamples: int = 10_000
 ) -> tuple[float, float, float]:
@@ -220,6 +265,7 @@ __all__ = [
     "Z95",
     "bootstrap_means",
     "macro_interval",
+    "macro_paired_difference",
     "mean_interval",
     "paired_difference",
     "sign_test_p",

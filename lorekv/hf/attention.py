@@ -16,7 +16,7 @@ import functools
 import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +29,7 @@ from lorekv.compiling import compiled
 from lorekv.hf.cache import PADDING, PositionedCache
 from lorekv.hf.context import ATTENTION_NAME, ForwardPass, active_pass, running
 from lorekv.hf.generation import install
+from lorekv.hf.introspection import attention_modules
 
 
 @dataclass
@@ -41,6 +42,12 @@ class QueryCapture:
         queries: layer index -> list of (B, H, q', d) tensors, one per pass.
         o_proj: layer index -> (D, H*d) output projection weight.
         scaling: layer index -> softmax scale of q.k.
+        hidden_norms: also record ``norms`` (off by default: a norm per layer and pass that
+            only KVzip+ reads).
+        norms: layer index -> list of (B, q') tensors (at least float32), one per pass: ||h||, the L2 norm
+            of each query's hidden state where it enters the attention module (after the
+            layer's input norm), which KVzip+ divides the attention by. Recorded by the
+            attention modules' pre-hook (:func:`prepare`).
     """
 
     layers: frozenset[int]
@@ -48,6 +55,8 @@ class QueryCapture:
     queries: dict[int, list[torch.Tensor]] = field(default_factory=dict)
     o_proj: dict[int, torch.Tensor] = field(default_factory=dict)
     scaling: dict[int, float] = field(default_factory=dict)
+    hidden_norms: bool = False
+    norms: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
     def record(self, module: torch.nn.Module, query: torch.Tensor, scaling: float) -> None:
         idx = module.layer_idx
@@ -61,9 +70,29 @@ class QueryCapture:
         self.o_proj[idx] = module.o_proj.weight.detach()
         self.scaling[idx] = float(scaling)
 
+    def record_norms(self, module: torch.nn.Module, hidden_states: torch.Tensor) -> None:
+        idx = module.layer_idx
+        if not self.hidden_norms or idx not in self.layers:
+            return
+        h = hidden_states.detach()
+        if self.last is not None:
+            h = h[:, -self.last :]
+        self.norms.setdefault(idx, []).append(
+            torch.linalg.vector_norm(h, dim=-1, dtype=torch.promote_types(h.dtype, torch.float32))
+        )
+
     def stacked(self, idx: int) -> torch.Tensor:
         """(B, H, q_total, d) the queries of layer ``idx`` across passes, in order."""
         return torch.cat(self.queries[idx], dim=2)
+
+    def stacked_norms(self, idx: int) -> torch.Tensor | None:
+        """(B, q_total) the hidden-state norms of layer ``idx``'s queries across passes; None when
+        not asked for, or when a pass ran without the pre-hook (a model not prepared by this
+        version of lorekv)."""
+        norms = self.norms.get(idx, [])
+        if len(norms) != len(self.queries.get(idx, [])):
+            return None
+        return torch.cat(norms, dim=1)
 
 
 def position_mask(key_positions: torch.Tensor, query_positions: torch.Tensor, window: int | None) -> torch.Tensor:
@@ -371,7 +400,24 @@ def prepare(model: PreTrainedModel) -> PreTrainedModel:
     if getattr(model.config, "_attn_implementation", None) != ATTENTION_NAME:
         model.set_attn_implementation(ATTENTION_NAME)
     install(model)
+    for module in attention_modules(model).values():
+        if not getattr(module, _NORM_HOOK, False):
+            module.register_forward_pre_hook(_record_norms, with_kwargs=True)
+            setattr(module, _NORM_HOOK, True)
     return model
+
+
+_NORM_HOOK = "_lorekv_norm_hook"
+
+
+def _record_norms(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+    """Attention pre-hook: the capture in flight records the norms of the hidden states entering it."""
+    current = active_pass()
+    if current is None or current.capture is None or not current.capture.hidden_norms:
+        return
+    hidden_states = kwargs.get("hidden_states", args[0] if args else None)
+    if isinstance(hidden_states, torch.Tensor):
+        current.capture.record_norms(module, hidden_states)
 
 
 @contextlib.contextmanager

@@ -60,6 +60,8 @@ class BatchRollout:
             reports zero statistics whatever it is, so its result does not depend on it.
         compile: decode the futures with lorekv's attention kernels compiled
             (:func:`lorekv.hf.attention.forward`'s ``compile``).
+        query_norms: record the hidden-state norm of every captured query
+            (:attr:`lorekv.trajectories.LayerCapture.query_norms`, for KVzip+); off by default.
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class BatchRollout:
         pending: int = 0,
         stats_window: int | None = None,
         compile: bool = False,
+        query_norms: bool = False,
     ) -> None:
         b, width = input_ids.shape
         self.lengths = tuple(int(n) for n in lengths)
@@ -86,15 +89,20 @@ class BatchRollout:
         check_int_at_least("stats_window", stats_window, 0)
         self.model = model
         self.compile = compile
+        self.query_norms = query_norms
         self.input_ids = input_ids
         self.evict_layers = frozenset(evict_layers)
         self.tokenizer = tokenizer
         self.pending = pending
         self.prefill_window = prefill_window
         if prefill_window == "all":
-            self.capture: QueryCapture | None = QueryCapture(self.evict_layers, last=None)
+            self.capture: QueryCapture | None = QueryCapture(self.evict_layers, last=None, hidden_norms=query_norms)
         else:
-            self.capture = QueryCapture(self.evict_layers, last=prefill_window) if prefill_window > 0 else None
+            self.capture = (
+                QueryCapture(self.evict_layers, last=prefill_window, hidden_norms=query_norms)
+                if prefill_window > 0
+                else None
+            )
         self.logits_kept = min(stats_window + 1, width)
         device = input_ids.device
         n = torch.tensor(self.lengths, device=device)
@@ -165,6 +173,7 @@ class ModelRollout:
         candidates: int | None = None,
         stats_window: int | None = None,
         compile: bool = False,
+        query_norms: bool = False,
     ) -> None:
         n = input_ids.shape[1]
         candidates = n if candidates is None else candidates
@@ -180,6 +189,7 @@ class ModelRollout:
             pending=n - candidates,
             stats_window=stats_window,
             compile=compile,
+            query_norms=query_norms,
         )
         self.__dict__.update(batch.rows[0].__dict__)
 
@@ -190,6 +200,7 @@ class ModelRollout:
         n = batch.lengths[index]
         self.model = batch.model
         self.compile = batch.compile
+        self.query_norms = batch.query_norms
         self.batch = batch
         self.index = index
         self.prompt_ids = batch.input_ids[index : index + 1, batch.input_ids.shape[1] - n :]
@@ -238,7 +249,7 @@ class ModelRollout:
         m, t = token_ids.shape
         token_ids = token_ids.to(self.prompt_ids.device)
         cache = self.cache.branches(m)
-        capture = QueryCapture(self.evict_layers)
+        capture = QueryCapture(self.evict_layers, hidden_norms=self.query_norms)
         positions = self.positions(t)
         kept = t if stats else 1
         logits = forward(
@@ -250,7 +261,11 @@ class ModelRollout:
         else:
             lp = ent = logits.new_zeros(m * t)
         layers = self.layers(
-            capture.stacked, positions, capture, lambda idx: (cache.layers[idx].keys, cache.layers[idx].values)
+            capture.stacked,
+            positions,
+            capture,
+            lambda idx: (cache.layers[idx].keys, cache.layers[idx].values),
+            capture.stacked_norms,
         )
         return Trajectories(token_ids, lp.view(m, t), ent.view(m, t), layers, self.prompt_length)
 
@@ -272,7 +287,7 @@ class ModelRollout:
         m, device = num_futures, self.prompt_ids.device
         cache = self.cache.branches(m)
         cache.reserve(m, total)
-        capture = QueryCapture(self.evict_layers)
+        capture = QueryCapture(self.evict_layers, hidden_norms=self.query_norms)
         logits = self.last_logits.expand(m, -1)
         position = self.prompt_length
         ids, logprobs, entropies = [], [], []
@@ -298,6 +313,7 @@ class ModelRollout:
             self.positions(total),
             capture,
             lambda idx: (cache.layers[idx].keys, cache.layers[idx].values),
+            capture.stacked_norms,
         )
         return Trajectories(
             torch.cat(ids, dim=1), torch.cat(logprobs, dim=1), torch.cat(entropies, dim=1), layers, self.prompt_length
@@ -330,7 +346,11 @@ class ModelRollout:
         def window_queries(idx: int) -> torch.Tensor:
             return capture.stacked(idx)[row, :, -window:]
 
-        layers = self.layers(window_queries, torch.arange(n - window, n), capture, None)
+        def window_norms(idx: int) -> torch.Tensor | None:
+            norms = capture.stacked_norms(idx)
+            return None if norms is None else norms[row, -window:]
+
+        layers = self.layers(window_queries, torch.arange(n - window, n), capture, None, window_norms)
         return Trajectories(tokens, lp, ent, layers, n)
 
     def layers(
@@ -339,6 +359,7 @@ class ModelRollout:
         query_positions: torch.Tensor,
         capture: QueryCapture,
         responses: Callable[[int], tuple[torch.Tensor, torch.Tensor]] | None,
+        norms: Callable[[int], torch.Tensor | None],
     ) -> tuple[LayerCapture, ...]:
         """One :class:`LayerCapture` per evictable layer.
 
@@ -348,6 +369,7 @@ class ModelRollout:
             capture: where the output projections and scales were recorded.
             responses: layer index -> the futures' own keys and values (M, G, R, d), the entries
                 after the prompt (None: no response keys, the prompt-window control).
+            norms: layer index -> (M, T) the queries' hidden-state norms, or None.
         """
         layers = []
         for idx in sorted(self.evict_layers):
@@ -369,6 +391,7 @@ class ModelRollout:
                     o_proj=capture.o_proj[idx],
                     scaling=capture.scaling[idx],
                     rotary=rotary_tables(self.model, idx),
+                    query_norms=norms(idx),
                 )
             )
         return tuple(layers)
@@ -396,7 +419,7 @@ def decode_rows(
     m, first = num_futures, rows[0]
     cache = source.branches(m)
     cache.reserve(len(rows) * m, num_tokens)
-    capture = QueryCapture(first.evict_layers)
+    capture = QueryCapture(first.evict_layers, hidden_norms=first.query_norms)
     logits = torch.cat([row.last_logits for row in rows]).repeat_interleave(m, dim=0)
     starts = torch.tensor([row.prompt_length for row in rows], device=logits.device).repeat_interleave(m)
     positions = starts[:, None] + torch.arange(num_tokens, device=logits.device)
@@ -413,6 +436,7 @@ def decode_rows(
             row.positions(num_tokens),
             capture,
             lambda idx, span=span: (cache.layers[idx].keys[span], cache.layers[idx].values[span]),
+            lambda idx, span=span: None if (norms := capture.stacked_norms(idx)) is None else norms[span],
         )
         out.append(Trajectories(ids_[span], lp_[span], ent_[span], layers, row.prompt_length))
     return out

@@ -33,7 +33,7 @@ from lorekv.samplers.base import (
     encode,
     required_tokenizer,
 )
-from lorekv.trajectories import LayerCapture, Trajectories
+from lorekv.trajectories import LayerCapture, Trajectories, cat_norms
 
 
 class KVzipConfig(SamplerConfig):
@@ -157,6 +157,7 @@ class KVzipSampler(Sampler):
                     scaling=first.scaling,
                     visible_spans=torch.cat(spans).to(device),
                     rotary=first.rotary,
+                    query_norms=cat_norms([layer.query_norms for layer in per_chunk], dim=1),
                 )
             )
         trajs = [traj for _, _, traj in parts]
@@ -188,7 +189,8 @@ def _row(trajectories: Trajectories, row: int) -> Trajectories:
     one = slice(row, row + 1)
     layers = tuple(
         replace(layer, queries=layer.queries[one], response_keys=layer.response_keys[one],
-                response_values=layer.response_values[one])
+                response_values=layer.response_values[one],
+                query_norms=None if layer.query_norms is None else layer.query_norms[one])
         for layer in trajectories.layers
     )  # fmt: skip
     return Trajectories(

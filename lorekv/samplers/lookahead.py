@@ -24,7 +24,7 @@ from lorekv.policies.uniform import UniformConfig, UniformPolicy
 from lorekv.samplers.base import SAMPLERS, BatchRollout, Rollout, Sampler, SamplerConfig, check_futures
 from lorekv.scorers.attention_mass import AttentionMassConfig, AttentionMassScorer
 from lorekv.scores import Scores, Selection
-from lorekv.trajectories import Trajectories
+from lorekv.trajectories import Trajectories, cat_norms
 
 
 class LookaheadConfig(SamplerConfig):
@@ -124,6 +124,7 @@ class LookaheadSampler(Sampler):
                 layer,
                 queries=torch.cat([own.queries.to(layer.queries.dtype), layer.queries], dim=2),
                 query_positions=torch.cat([own.query_positions.to(layer.query_positions), layer.query_positions]),
+                query_norms=cat_norms([own.query_norms, layer.query_norms], dim=1),
             )
             for own, layer in zip(window.layers, layers, strict=True)
         )

@@ -160,6 +160,9 @@ class QuestionsSampler(Sampler):
                     layer,
                     queries=layer.queries.index_select(2, index),
                     query_positions=layer.query_positions.index_select(0, index.to(layer.query_positions.device)),
+                    query_norms=None
+                    if layer.query_norms is None
+                    else layer.query_norms.index_select(1, index.to(layer.query_norms.device)),
                 )
             )
         return Trajectories(

@@ -2,7 +2,7 @@
 
 Importing this package registers ``attention_mass``, ``loo``, ``projected_loo`` and
 ``recency`` in :data:`SCORERS`, the baselines' ``key_norm``, ``random`` and
-``critical_mass``, and ``expected_attention``.
+``critical_mass``, ``expected_attention`` and ``kvzip_plus``.
 """
 
 from lorekv.scorers.attention import CausalAttention, causal_attention
@@ -12,6 +12,7 @@ from lorekv.scorers.critical_mass import CriticalMassConfig, CriticalMassScorer
 from lorekv.scorers.expected_attention import ExpectedAttentionConfig, ExpectedAttentionScorer
 from lorekv.scorers.key_norm import KeyNormConfig, KeyNormScorer
 from lorekv.scorers.kv_head import KVHeadScorer
+from lorekv.scorers.kvzip_plus import KVzipPlusConfig, KVzipPlusScorer
 from lorekv.scorers.loo import LOOConfig, LOOScorer
 from lorekv.scorers.projected_loo import ProjectedLOOConfig, ProjectedLOOScorer
 from lorekv.scorers.random_scores import RandomConfig, RandomScorer
@@ -37,6 +38,8 @@ __all__ = [
     "ExpectedAttentionConfig",
     "ExpectedAttentionScorer",
     "KVHeadScorer",
+    "KVzipPlusConfig",
+    "KVzipPlusScorer",
     "KeyNormConfig",
     "KeyNormScorer",
     "RandomConfig",

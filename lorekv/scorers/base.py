@@ -26,7 +26,7 @@ same at any n.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -102,6 +102,9 @@ class Scorer(ABC):
     """
 
     config: ScorerConfig
+    needs_query_norms: ClassVar[bool] = False
+    """The scorer reads :attr:`~lorekv.trajectories.LayerCapture.query_norms`: a pipeline with it
+    asks its rollout to record them."""
 
     def __init__(self, config: ScorerConfig, *, compile: bool = False) -> None:
         self.config = config

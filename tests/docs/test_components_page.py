@@ -105,3 +105,20 @@ def test_the_command_line_reference_is_generated_from_the_commands() -> None:
     assert "| `--chat` / `--no-chat` | `--chat` |" in hook.render_command("generate")
     assert "| `--prompt-file` | *required* |" in hook.render_command("generate")
     assert "| `TARGETS`... | *required* |" in hook.render_command("eval")
+
+
+def test_every_preset_names_its_paper_and_its_docstring_cites_it() -> None:
+    """``PAPERS`` covers exactly the registered presets, each paper is cited where the preset is
+    documented, and the rendered table shows it."""
+    import inspect
+
+    from lorekv.presets import PAPERS, PRESETS
+
+    assert list(PAPERS) == list(PRESETS)
+    table = {line.split(" | ")[0].strip("| `"): line for line in hook.render_presets().splitlines()[2:]}
+    for name, url in PAPERS.items():
+        if url is not None:
+            assert url in inspect.getdoc(PRESETS[name]), name
+            assert table[name].endswith(f"| [{url.rsplit('/', 1)[1]}]({url}) |"), table[name]
+        else:
+            assert table[name].endswith("| — |"), table[name]

@@ -21,7 +21,7 @@ import lorekv
 
 MENTION = re.compile(r"`~?(?:[a-z_]+\.)*([A-Z]\w*)\.(\w+)")
 MARKDOWN_FILE = re.compile(r"[\w./-]*[\w-]\.md\b")
-WRITTEN = {"report.md"}  # a file the code writes (the report), not one it cites
+WRITTEN = {"report.md", "leaderboard.md"}  # files the code writes (a report, a leaderboard), not ones it cites
 
 
 def sources() -> list[Path]:

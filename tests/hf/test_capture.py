@@ -37,6 +37,8 @@ def assert_capture_matches(layer, ref: dict[str, object], n: int, start: int, fu
     else:
         assert layer.response_keys.shape[2] == 0 and layer.response_values.shape[2] == 0
     assert layer.scaling == pytest.approx(ref["scaling"], rel=1e-12)
+    norms = ref["attention_input"][start : start + t].norm(dim=-1)
+    torch.testing.assert_close(layer.query_norms[future], norms, **exact)
     assert layer.o_proj is ref["o_proj"] or torch.equal(layer.o_proj, ref["o_proj"])
     # The attention the scorers recompute from the capture is the model's own (float32 softmax there).
     output = causal_attention(layer).output[future].double()
@@ -49,7 +51,7 @@ def test_sampled_futures_capture_what_the_model_computes(make) -> None:
     ids = random_ids(17, seed=21)
     n = ids.shape[1]
     layers = evictable_layers(model)
-    rollout = ModelRollout(prepare(model), ids, layers)
+    rollout = ModelRollout(prepare(model), ids, layers, query_norms=True)
     futures = rollout.decode(lambda logits: torch.multinomial(logits.softmax(-1), 1).squeeze(-1), 3, 4)
     assert futures.layer_indices == tuple(layers)
     assert len({tuple(row) for row in futures.token_ids.tolist()}) > 1, "test needs distinct futures"
@@ -65,7 +67,7 @@ def test_teacher_forced_futures_capture_what_the_model_computes(make) -> None:
     ids = random_ids(15, seed=22)
     n = ids.shape[1]
     forced = torch.tensor([[3, 9, 27], [5, 1, 40]])
-    rollout = ModelRollout(prepare(model), ids, evictable_layers(model))
+    rollout = ModelRollout(prepare(model), ids, evictable_layers(model), query_norms=True)
     futures = rollout.teacher_force(forced)
     for m in range(2):
         refs = reference(model, torch.cat([ids, forced[m : m + 1]], dim=1))
@@ -76,15 +78,25 @@ def test_teacher_forced_futures_capture_what_the_model_computes(make) -> None:
 @pytest.mark.parametrize("make", MODELS)
 @pytest.mark.parametrize("window", [1, 5])
 def test_prompt_window_captures_the_last_prompt_queries(make, window: int) -> None:
+    """The prefill captures more queries than the window reads (window + 3): the last ones are taken."""
     model = make()
     ids = random_ids(19, seed=23)
     n = ids.shape[1]
-    rollout = ModelRollout(prepare(model), ids, evictable_layers(model), prefill_window=window)
+    rollout = ModelRollout(prepare(model), ids, evictable_layers(model), prefill_window=window + 3, query_norms=True)
     futures = rollout.prompt_window(window)
     assert futures.token_ids.tolist() == ids[:, n - window :].tolist()
     refs = reference(model, ids)
     for layer in futures.layers:
         assert_capture_matches(layer, refs[layer.layer_idx], n, n - window, 0, response=False)
+
+
+def test_hidden_state_norms_are_recorded_only_when_asked() -> None:
+    """Off by default (a norm per layer and pass that only KVzip+ reads): the captures carry None."""
+    model = tiny_llama(15, layers=2)
+    ids = random_ids(12, seed=27)
+    rollout = ModelRollout(prepare(model), ids, evictable_layers(model), prefill_window=3)
+    for futures in (rollout.teacher_force(torch.tensor([[1, 2]])), rollout.prompt_window(3)):
+        assert all(layer.query_norms is None for layer in futures.layers)
 
 
 def test_every_layer_gets_its_own_keys() -> None:
@@ -110,7 +122,8 @@ def test_last_prompt_query_comes_first(make, spec) -> None:
     ids = random_ids(16, seed=25)
     n = ids.shape[1]
     on = SAMPLERS.build({**spec, "include_last_prompt_query": True})
-    rollout = ModelRollout(prepare(model), ids, evictable_layers(model), prefill_window=on.prefill_window)
+    layers = evictable_layers(model)
+    rollout = ModelRollout(prepare(model), ids, layers, prefill_window=on.prefill_window, query_norms=True)
     with_last = on.futures(rollout)
     without = SAMPLERS.build(spec).futures(rollout)
     last = rollout.prompt_window(1)

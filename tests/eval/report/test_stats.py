@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from lorekv.eval.stats import (
     macro_interval,
+    macro_paired_difference,
     mean_interval,
     paired_difference,
     sign_test_p,
@@ -234,3 +235,47 @@ def test_paired_difference_resamples_pairs_not_methods() -> None:
     lo, hi = np.percentile(brute, [2.5, 97.5])
     assert 0.045 < diff.lo < diff.mean < diff.hi < 0.051
     assert abs(diff.lo - lo) < 5e-4 and abs(diff.hi - hi) < 5e-4, (diff, lo, hi)
+
+
+def test_macro_paired_difference_of_one_task_is_the_paired_difference() -> None:
+    a, b = [1.0, 0.0, 1.0, 1.0, 0.5], [0.0, 0.0, 1.0, 0.0, 1.0]
+    assert macro_paired_difference({"t": a}, {"t": b}, seed=3, resamples=500) == paired_difference(
+        a, b, seed=3, resamples=500
+    )
+
+
+@given(st.dictionaries(st.sampled_from("abc"), st.one_of(binary, fractional), min_size=1))
+def test_macro_paired_difference_of_identical_methods_is_exactly_zero(scores: dict[str, list[float]]) -> None:
+    diff = macro_paired_difference(scores, scores, resamples=200)
+    assert (diff.mean, diff.lo, diff.hi, diff.wins, diff.losses) == (0.0, 0.0, 0.0, 0, 0)
+    assert diff.ties == sum(map(len, scores.values())) and not diff.significant
+
+
+def test_macro_paired_difference_weighs_tasks_equally_and_bootstraps_within_tasks() -> None:
+    """Task a: +1 on 4 of 4 pairs; task b: 0 on 36 pairs. Pooled the mean would be 0.1, macro it is
+    0.5; task b adds no variance and task a none either (every pair +1), so the interval is [0.5, 0.5]
+    under resampling within tasks (a bootstrap over the pooled pairs would spread it)."""
+    diff = macro_paired_difference({"a": [1.0] * 4, "b": [0.0] * 36}, {"a": [0.0] * 4, "b": [0.0] * 36})
+    assert diff.mean == pytest.approx(0.5) and diff.lo == pytest.approx(0.5) and diff.hi == pytest.approx(0.5)
+    assert (diff.wins, diff.losses, diff.ties) == (4, 0, 36) and diff.p_sign == pytest.approx(0.125)
+
+
+def test_macro_paired_difference_matches_a_brute_force_stratified_bootstrap() -> None:
+    rng = np.random.default_rng(7)
+    a = {"x": rng.uniform(0, 1, 12), "y": rng.uniform(0, 1, 30)}
+    b = {t: np.clip(v - rng.uniform(-0.1, 0.3, v.size), 0, 1) for t, v in a.items()}
+    diff = macro_paired_difference(
+        {t: v.tolist() for t, v in a.items()}, {t: v.tolist() for t, v in b.items()}, seed=2, resamples=4000
+    )
+    d = {t: a[t] - b[t] for t in a}
+    assert diff.mean == pytest.approx(np.mean([d["x"].mean(), d["y"].mean()]))
+    brute = [np.mean([v[rng.integers(0, v.size, v.size)].mean() for v in d.values()]) for _ in range(4000)]
+    lo, hi = np.percentile(brute, [2.5, 97.5])
+    assert abs(diff.lo - lo) < 0.01 and abs(diff.hi - hi) < 0.01, (diff, lo, hi)
+
+
+def test_macro_paired_difference_rejects_unmatched_tasks_and_pairs_by_name() -> None:
+    with pytest.raises(ValueError, match="same non-empty tasks"):
+        macro_paired_difference({"a": [1.0]}, {"b": [1.0]})
+    with pytest.raises(ValueError, match="task 'b'.*paired"):
+        macro_paired_difference({"a": [1.0], "b": [1.0, 0.0]}, {"a": [0.0], "b": [1.0]})
