@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lorekv-installed
 
-.PHONY: setup demo test test-fast lint docs clean gpu-check
+.PHONY: setup demo test test-fast lint docs clean gpu-check leaderboard site-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,17 @@ lint: $(STAMP)
 # The documented way to build the site: into site/, failing on any warning.
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
+
+# The leaderboard page (docs/leaderboard/) from the committed results files of its grids: rerun it
+# whenever one of them changes (tests/docs/test_leaderboard_page.py checks the page is current).
+LEADERBOARD_RESULTS := docs/reports/smollm2_leaderboard/results.jsonl docs/reports/smollm2_agnostic_reconstruction/results.jsonl
+leaderboard: $(STAMP)
+	$(BIN)/lorekv report --leaderboard --out docs/leaderboard $(LEADERBOARD_RESULTS)
+
+# The built site in headless Chromium (Debian's: `apt-get install chromium`): the leaderboard's
+# tables and figures render, the navigation stays short; screenshots under screenshots/site/.
+site-check: $(STAMP)
+	$(BIN)/python tools/site_check.py --screenshots screenshots/site
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .hypothesis
