@@ -148,7 +148,7 @@ def kvzip_reference(
                 h_norm = rec["attention_input"][n : n + t].double().norm(dim=-1)  # (T,)
                 value = rec["value"].double()
                 values = torch.cat([value[:, :sink], value[:, start:end], value[:, n : n + t]], dim=1)
-                w_o = rec["o_proj"].double().view(-1, len(values) * GROUP, values.shape[-1])  # (D, H, d)
+                w_o = rec["o_proj"].detach().double().view(-1, len(values) * GROUP, values.shape[-1])  # (D, H, d)
                 wov = torch.einsum("Dhd,hkd->hkD", w_o, values.repeat_interleave(GROUP, 0)).norm(dim=-1)
                 a = a / h_norm[None, :, None] * wov[:, None, :]
             a = a.amax(dim=1)  # (H, keys): max over the queries
