@@ -34,7 +34,7 @@ from lorekv.eval.rows import (
     macro_cells,
     methods_of,
     over_seeds,
-    scores_by_task,
+    paired_scores,
     section_slug,
     sections,
     split_records,
@@ -56,21 +56,6 @@ class Standing:
     stats: CellStats
     to_best: PairedDifference | None
     tied: bool
-
-
-def _paired_by_task(
-    rows: Sequence[Mapping[str, Any]], method: str, other: str, label: str
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """The scores of ``method`` and ``other`` in column ``label`` on the samples both answered, by task."""
-    mine, theirs = scores_by_task(rows, method, label), scores_by_task(rows, other, label)
-    a: dict[str, list[float]] = {}
-    b: dict[str, list[float]] = {}
-    for task, by_index in mine.items():
-        shared = sorted(set(by_index) & set(theirs.get(task, {})))
-        if shared:
-            a[task] = [by_index[i] for i in shared]
-            b[task] = [theirs[task][i] for i in shared]
-    return a, b
 
 
 def standings(
@@ -96,8 +81,9 @@ def standings(
             if method == leader:
                 out[(method, label)] = Standing(cells[(method, label)], None, True)
                 continue
-            a, b = _paired_by_task(rows, method, leader, label)
-            diff = macro_paired_difference(a, b, seed=seed, resamples=resamples) if a else None
+            by_task = paired_scores(rows, method, leader, label)
+            a, b = {t: p[0] for t, p in by_task.items()}, {t: p[1] for t, p in by_task.items()}
+            diff = macro_paired_difference(a, b, seed=seed, resamples=resamples) if by_task else None
             tied = diff is not None and not diff.significant
             out[(method, label)] = Standing(cells[(method, label)], diff, tied)
     if (FULL, FULL) in cells:
@@ -116,14 +102,15 @@ def prefill_multiple(rows: Sequence[Mapping[str, Any]], method: str) -> float | 
     return float(statistics.median(ratios)) if ratios else None
 
 
-def ranking(rows: Sequence[Mapping[str, Any]], table: Mapping[Cell, Standing]) -> list[str]:
+def ranking(rows: Sequence[Mapping[str, Any]], cells: Mapping[Cell, CellStats]) -> list[str]:
     """The section's methods best first: by the mean over budget columns of their macro accuracy
-    (order of appearance on a tie); the full cache first of all, as the reference."""
+    (``cells``, :func:`lorekv.eval.rows.macro_cells`; order of appearance on a tie); the full
+    cache first of all, as the reference."""
     methods = methods_of(rows)
     labels = budget_labels(rows)
 
     def mean_accuracy(method: str) -> float:
-        values = [table[(method, lab)].stats.mean for lab in labels if (method, lab) in table]
+        values = [cells[(method, lab)].mean for lab in labels if (method, lab) in cells]
         return statistics.fmean(values) if values else -1.0
 
     ranked = sorted((m for m in methods if m != FULL), key=lambda m: -mean_accuracy(m))
@@ -154,7 +141,7 @@ def section_tables(rows: Sequence[Mapping[str, Any]], *, seed: int = 0, resample
     table, best = standings(rows, seed=seed, resamples=resamples)
     labels = sorted(budget_labels(rows), key=lambda label: kept_fraction(rows, label))
     columns = [f"{label} ({kept_fraction(rows, label):.1%})" for label in labels]
-    order = ranking(rows, table)
+    order = ranking(rows, {cell: standing.stats for cell, standing in table.items()})
     accuracy, differences = [], []
     for method in order:
         cost = prefill_multiple(rows, method)
@@ -255,9 +242,8 @@ def write_leaderboard(
 
         for section, section_rows in sections(checked).items():
             averaged = over_seeds(section_rows)
-            table, _ = standings(averaged, seed=seed, resamples=resamples)
             links[section] = figure_path(section)
-            order = ranking(averaged, table)
+            order = ranking(averaged, macro_cells(averaged, seed=seed, resamples=resamples))
             accuracy_vs_kept_fraction(averaged, out / links[section], order=order, seed=seed, resamples=resamples)
     text = build_leaderboard(
         checked, [*headers, *more_headers], figures=links, source=source, seed=seed, resamples=resamples

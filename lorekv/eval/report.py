@@ -35,6 +35,7 @@ from lorekv.eval.rows import (
     median_seconds,
     methods_of,
     over_seeds,
+    paired_scores,
     scores_by_task,
     section_slug,
     sections,
@@ -200,15 +201,12 @@ def paired_table(rows: Sequence[Mapping[str, Any]], reference: str, *, seed: int
     for method in methods:
         cells = [_method_name(method)]
         for column in columns:
-            mine = scores_by_task(rows, method, column)
-            theirs = scores_by_task(rows, reference, column)
-            pairs = [
-                (s, theirs[t][i]) for t, by_index in mine.items() for i, s in by_index.items() if i in theirs.get(t, {})
-            ]
-            if not pairs:
+            by_task = paired_scores(rows, method, reference, column)
+            if not by_task:
                 cells.append(MISSING)
                 continue
-            a, b = zip(*pairs, strict=True)
+            a = [s for mine, _ in by_task.values() for s in mine]
+            b = [s for _, theirs in by_task.values() for s in theirs]
             diff = paired_difference(a, b, seed=seed, resamples=resamples)
             cells.append(f"{fmt_difference(diff)} (n={diff.n})")
         body.append(cells)

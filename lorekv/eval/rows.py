@@ -150,6 +150,21 @@ def scores_by_task(rows: Sequence[Mapping[str, Any]], method: str, label: str) -
     return dict(sorted(out.items()))
 
 
+def paired_scores(
+    rows: Sequence[Mapping[str, Any]], method: str, other: str, label: str
+) -> dict[str, tuple[list[float], list[float]]]:
+    """task -> (scores of ``method``, scores of ``other``) in column ``label`` on the samples of
+    that task both answered (matched by sample index, in ``method``'s row order; the full cache
+    pairs with every column); tasks without a shared sample are left out."""
+    mine, theirs = scores_by_task(rows, method, label), scores_by_task(rows, other, label)
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for task, by_index in mine.items():
+        shared = [i for i in by_index if i in theirs.get(task, {})]
+        if shared:
+            out[task] = ([by_index[i] for i in shared], [theirs[task][i] for i in shared])
+    return out
+
+
 @dataclass(frozen=True)
 class CellStats:
     """Mean score of a cell with its 95% interval, over ``n`` samples of ``tasks`` tasks."""

@@ -150,6 +150,12 @@ class PairedDifference:
         return (self.lo > 0 or self.hi < 0) and self.p_sign < 0.05
 
 
+def _tally(d: np.ndarray) -> tuple[int, int, int]:
+    """(wins, losses, ties): pairs whose difference is positive, negative, zero."""
+    wins, losses = int(np.sum(d > 0)), int(np.sum(d < 0))
+    return wins, losses, int(d.size) - wins - losses
+
+
 def paired_difference(
     a: Sequence[float], b: Sequence[float], *, seed: int = 0, resamples: int = 10_000
 ) -> PairedDifference:
@@ -166,8 +172,7 @@ def paired_difference(
         raise ValueError(f"a and b must be paired (same length), got {x.size} and {y.size}")
     _check_bootstrap(seed, resamples)
     d = x - y
-    wins, losses = int(np.sum(d > 0)), int(np.sum(d < 0))
-    ties = int(d.size) - wins - losses
+    wins, losses, ties = _tally(d)
     mean = float(d.mean())
     if wins == losses == 0:
         lo = hi = 0.0
@@ -209,9 +214,7 @@ def macro_paired_difference(
         if x.size != y.size:
             raise ValueError(f"task {task!r}: a and b must be paired (same length), got {x.size} and {y.size}")
         diffs[task] = x - y
-    pooled = np.concatenate(list(diffs.values()))
-    wins, losses = int(np.sum(pooled > 0)), int(np.sum(pooled < 0))
-    ties = int(pooled.size) - wins - losses
+    wins, losses, ties = _tally(np.concatenate(list(diffs.values())))
     mean = float(np.mean([d.mean() for d in diffs.values()]))
     if wins == losses == 0:
         lo = hi = 0.0

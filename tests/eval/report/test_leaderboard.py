@@ -74,7 +74,12 @@ def test_differences_pair_only_the_samples_both_methods_answered() -> None:
 def test_ranking_puts_the_full_cache_first_then_the_best_mean_over_budgets() -> None:
     rows = three_methods()
     table, _ = standings(rows, resamples=1000)
-    assert ranking(rows, table) == ["full", "strong", "close", "weak"]
+    assert ranking(rows, {cell: standing.stats for cell, standing in table.items()}) == [
+        "full",
+        "strong",
+        "close",
+        "weak",
+    ]
 
 
 def test_prefill_multiple_is_the_median_ratio_to_the_same_prompts_prefill() -> None:
