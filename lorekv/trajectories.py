@@ -52,6 +52,16 @@ class LayerCapture:
         query_norms: optional (M, T) ||h|| (at least float32), the L2 norm of each query's hidden state
             where it enters the attention module (after the layer's input norm); None when not
             recorded. KVzip+'s normalisation divides a query's attention by it.
+        lse: optional (M, H, T, 2) (at least float32), the log-sum-exp of each query's scaled logits as its
+            forward pass computed them: over the prompt keys [..., 0] and over the future's own
+            keys [..., 1] (-inf where it saw none); None when not recorded. The softmax
+            normaliser of the attention a scorer recomputes, so that it need not form every
+            logit again (a reconstruction's own keys are as many as the prompt's). Recorded
+            only by passes that follow the whole prompt (futures, a reconstruction: every
+            query after every prompt key). The prompt part is read only where the queries see
+            the prompt causally (``visible_spans`` None: then all of it), the own part wherever
+            they see their own keys causally (the pass's rule); code that changes which keys a
+            query sees, or its response keys, sets it to None.
     """
 
     layer_idx: int
@@ -66,6 +76,7 @@ class LayerCapture:
     visible_spans: torch.Tensor | None = None
     rotary: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
     query_norms: torch.Tensor | None = None
+    lse: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         m, h, t, d = self.queries.shape
@@ -83,6 +94,8 @@ class LayerCapture:
             check_shape("visible_spans", self.visible_spans, (t, None, 2))
         if self.query_norms is not None:
             check_shape("query_norms", self.query_norms, (m, t))
+        if self.lse is not None:
+            check_shape("lse", self.lse, (m, h, t, 2))
 
     @property
     def num_futures(self) -> int:
@@ -134,6 +147,32 @@ class LayerCapture:
         edges.scatter_add_(1, lo, step).scatter_add_(1, hi, -step)
         return edges[:, : n + r].cumsum(dim=1) > 0
 
+    def visible_prompt_keys(self) -> torch.Tensor:
+        """(c,) long, ascending: the prompt keys (0..n-1) that some query sees; every one without
+        ``visible_spans``. A reconstruction's chunk of queries sees the sinks and its chunk: the
+        scorers then form logits on these columns only. Their number is data-dependent: one small
+        device read on an accelerator."""
+        n = self.prompt_length
+        device = self.prompt_keys.device
+        if self.visible_spans is None:
+            return torch.arange(n, device=device)
+        spans = self.visible_spans.reshape(-1, 2).clamp(0, n).to(device)
+        lo, hi = spans[:, 0], spans[:, 1]
+        step = (lo < hi).to(torch.int32)  # every range adds 1 at its start and takes it back at its end
+        edges = torch.zeros(n + 1, dtype=torch.int32, device=device)
+        edges.scatter_add_(0, lo, step).scatter_add_(0, hi, -step)
+        return (edges[:n].cumsum(0) > 0).nonzero().squeeze(1)
+
+    def visible_at(self, keys: torch.Tensor) -> torch.Tensor:
+        """(T, k) bool: query t sees key ``keys[c]`` (indices along :meth:`keys`), as :meth:`visible`
+        says, formed for these k keys only."""
+        keys = keys.to(self.query_positions.device)
+        if self.visible_spans is None:
+            return keys.unsqueeze(0) <= self.query_positions.unsqueeze(1)
+        spans = self.visible_spans.to(keys.device)
+        lo, hi = spans[..., :1], spans[..., 1:]  # (T, S, 1)
+        return ((lo <= keys) & (keys < hi)).any(dim=1)
+
     def future_slice(self, start: int, stop: int) -> LayerCapture:
         """The same layer holding only futures ``start:stop`` (their queries and response keys)."""
         return replace(
@@ -142,13 +181,17 @@ class LayerCapture:
             response_keys=self.response_keys[start:stop],
             response_values=self.response_values[start:stop],
             query_norms=None if self.query_norms is None else self.query_norms[start:stop],
+            lse=None if self.lse is None else self.lse[start:stop],
         )
 
     def to(self, dtype: torch.dtype) -> LayerCapture:
         """The same layer with its queries, keys and values in ``dtype``: the captures of a bf16
         run rescored in float64, or an edge case built in float64 and cast. ``o_proj`` (the
         model's weight, D x H*d: 64 MiB in float32 per layer of an 8B model) stays as it is; the
-        scorers that read it cast it themselves."""
+        scorers that read it cast it themselves. :attr:`lse` is kept when it holds the precision of
+        ``dtype``'s scoring (at least float32) and dropped otherwise: a float32 pass rescored in
+        float64 recomputes its normalisers rather than inherit the pass's rounding."""
+        keep = self.lse is not None and self.lse.dtype == torch.promote_types(dtype, torch.float32)
         return replace(
             self,
             queries=self.queries.to(dtype),
@@ -156,6 +199,7 @@ class LayerCapture:
             prompt_values=self.prompt_values.to(dtype),
             response_keys=self.response_keys.to(dtype),
             response_values=self.response_values.to(dtype),
+            lse=self.lse if keep else None,
         )
 
     def query_slice(self, start: int, stop: int) -> LayerCapture:
@@ -167,6 +211,7 @@ class LayerCapture:
             query_positions=self.query_positions[start:stop],
             visible_spans=spans,
             query_norms=None if self.query_norms is None else self.query_norms[:, start:stop],
+            lse=None if self.lse is None else self.lse[:, :, start:stop],
         )
 
 
@@ -215,9 +260,10 @@ class Trajectories:
         return tuple(layer.layer_idx for layer in self.layers)
 
 
-def cat_norms(parts: Sequence[torch.Tensor | None], dim: int) -> torch.Tensor | None:
-    """The parts' ``query_norms`` concatenated along ``dim`` (0: futures, 1: queries), or None
-    when any part lacks them (a score that needs them then refuses the whole capture)."""
+def cat_optional(parts: Sequence[torch.Tensor | None], dim: int) -> torch.Tensor | None:
+    """The parts' optional per-query tensors (``query_norms``, ``lse``) concatenated along ``dim``,
+    or None when any part lacks theirs (a score that needs them then refuses the whole capture,
+    one that can recompute them does)."""
     if any(part is None for part in parts):
         return None
     return torch.cat(list(parts), dim=dim)  # type: ignore[arg-type]
@@ -248,7 +294,8 @@ def concat_futures(parts: Sequence[Trajectories]) -> Trajectories:
             queries=torch.cat([p.layers[i].queries for p in parts]),
             response_keys=torch.cat([p.layers[i].response_keys for p in parts]),
             response_values=torch.cat([p.layers[i].response_values for p in parts]),
-            query_norms=cat_norms([p.layers[i].query_norms for p in parts], dim=0),
+            query_norms=cat_optional([p.layers[i].query_norms for p in parts], dim=0),
+            lse=cat_optional([p.layers[i].lse for p in parts], dim=0),
         )
         for i, layer in enumerate(first.layers)
     )

@@ -111,7 +111,7 @@ def check_cascade(device: str, dtype: torch.dtype, seed: int = 0) -> float:
     inputs = [t.to(dtype) for t in (query, keys, values, pk, pv)]
     query, keys, values, pk, pv = inputs
     on = [t.to(device) for t in inputs]
-    got = shared_prefix_attention(
+    got, _, _ = shared_prefix_attention(
         on[0], on[1], on[2], key_pos.to(device), query_pos.to(device), on[3], on[4], prefix_pos.to(device), True,
         None, scale,
     )  # fmt: skip

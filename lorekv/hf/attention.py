@@ -48,6 +48,13 @@ class QueryCapture:
             of each query's hidden state where it enters the attention module (after the
             layer's input norm), which KVzip+ divides the attention by. Recorded by the
             attention modules' pre-hook (:func:`prepare`).
+        lse: layer index -> list of pairs of (B, H, q') tensors, one per pass that attended over a
+            shared prompt without a sliding window (a future's pass,
+            :func:`shared_prefix_attention`): the log-sum-exps of each query's scaled logits over
+            the prompt keys and over the pass's own keys, as the kernel computed them (kept as
+            they come: nothing is launched for them inside a decode loop; :meth:`stacked_lse`
+            joins them). A scorer that needs a softmax's normaliser reads it instead of
+            recomputing every logit (:attr:`lorekv.trajectories.LayerCapture.lse`).
     """
 
     layers: frozenset[int]
@@ -57,6 +64,7 @@ class QueryCapture:
     scaling: dict[int, float] = field(default_factory=dict)
     hidden_norms: bool = False
     norms: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    lse: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=dict)
 
     def record(self, module: torch.nn.Module, query: torch.Tensor, scaling: float) -> None:
         idx = module.layer_idx
@@ -81,6 +89,12 @@ class QueryCapture:
             torch.linalg.vector_norm(h, dim=-1, dtype=torch.promote_types(h.dtype, torch.float32))
         )
 
+    def record_lse(self, module: torch.nn.Module, prompt: torch.Tensor, own: torch.Tensor) -> None:
+        """Record the (B, H, q) log-sum-exps of a pass's queries over the prompt and over their own keys."""
+        idx = module.layer_idx
+        if idx in self.layers and self.last is None:
+            self.lse.setdefault(idx, []).append((prompt, own))
+
     def stacked(self, idx: int) -> torch.Tensor:
         """(B, H, q_total, d) the queries of layer ``idx`` across passes, in order."""
         return torch.cat(self.queries[idx], dim=2)
@@ -93,6 +107,17 @@ class QueryCapture:
         if len(norms) != len(self.queries.get(idx, [])):
             return None
         return torch.cat(norms, dim=1)
+
+    def stacked_lse(self, idx: int) -> torch.Tensor | None:
+        """(B, H, q_total, 2) (at least float32) the log-sum-exps of layer ``idx``'s queries across
+        passes, over the prompt [..., 0] and over their own keys [..., 1]; None unless every pass
+        recorded them."""
+        passes = self.lse.get(idx, [])
+        if len(passes) != len(self.queries.get(idx, [])) or not passes:
+            return None
+        prompt, own = (torch.cat(part, dim=2) for part in zip(*passes, strict=True))
+        lse = torch.stack([prompt, own], dim=-1)
+        return lse.to(torch.promote_types(lse.dtype, torch.float32))
 
 
 def position_mask(key_positions: torch.Tensor, query_positions: torch.Tensor, window: int | None) -> torch.Tensor:
@@ -151,10 +176,12 @@ def lorekv_attention(
             cascade = compiled(shared_prefix_attention)
             key, value, positions = key.contiguous(), value.contiguous(), positions.contiguous()
         own_causal = query.shape[2] > 1 and key.shape[2] == query.shape[2] and window is None and not active.padded
-        out = cascade(
+        out, lse_p, lse_s = cascade(
             query, key, value, positions, active.query_positions,
             prefix.keys, prefix.values, prefix.positions, prefix.padded, window, scaling, own_causal,
         )  # fmt: skip
+        if active.capture is not None and window is None:
+            active.capture.record_lse(module, lse_p, lse_s)
         return out.transpose(1, 2).contiguous(), None
     q_len, k_len = query.shape[2], key.shape[2]
     mask, is_causal = None, False
@@ -186,7 +213,7 @@ def shared_prefix_attention(
     window: int | None,
     scaling: float,
     own_causal: bool = False,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Attention of B branches over P shared prefixes (B/P branches each) and their own tokens,
     each prefix read once.
 
@@ -206,7 +233,9 @@ def shared_prefix_attention(
             them padding, and no window: their part is causal attention (q = S).
 
     Returns:
-        (B, H, q, d), equal to attention over the concatenation [prefix, own] up to rounding.
+        The output (B, H, q, d), equal to attention over the concatenation [prefix, own] up to
+        rounding, and the log-sum-exps (B, H, q) (at least float32) of the scaled logits over the prefix
+        and over the own entries (-inf where a query sees none).
 
     Cascade (shared-prefix) attention: the B/P * group query heads of each KV head attend to
     their prefix row as one call, each branch's group query heads attend to its own S entries
@@ -250,7 +279,7 @@ def shared_prefix_attention(
 
     dtype = torch.promote_types(query.dtype, torch.float32)
     share_p = torch.sigmoid(lse_p - lse_s).unsqueeze(-1).to(dtype)  # e^{lse_p} / (e^{lse_p} + e^{lse_s})
-    return torch.lerp(out_s.to(dtype), out_p.to(dtype), share_p).to(query.dtype)
+    return torch.lerp(out_s.to(dtype), out_p.to(dtype), share_p).to(query.dtype), lse_p, lse_s
 
 
 def partial_attention(

@@ -146,7 +146,7 @@ class BatchRollout:
             source = self.cache
         else:
             source = PositionedCache.stack([row.draft_cache(keep) for row, keep in zip(self.rows, keeps, strict=True)])
-        return decode_rows(self.rows, source, rules, num_futures, num_tokens)
+        return decode_rows(self.rows, source, rules, num_futures, num_tokens, drafted=keeps is not None)
 
 
 class ModelRollout:
@@ -237,7 +237,7 @@ class ModelRollout:
         self, rule: TokenRule, num_futures: int, num_tokens: int, *, keep: Selection | None = None
     ) -> Trajectories:
         source = self.cache if keep is None else self.draft_cache(keep)
-        return decode_rows([self], source, [rule], num_futures, num_tokens)[0]
+        return decode_rows([self], source, [rule], num_futures, num_tokens, drafted=keep is not None)[0]
 
     def teacher_force(self, token_ids: torch.Tensor, *, stats: bool = True) -> Trajectories:
         if token_ids.dim() != 2 or token_ids.shape[0] < 1 or token_ids.shape[1] < 1:
@@ -266,6 +266,7 @@ class ModelRollout:
             capture,
             lambda idx: (cache.layers[idx].keys, cache.layers[idx].values),
             capture.stacked_norms,
+            capture.stacked_lse,
         )
         return Trajectories(token_ids, lp.view(m, t), ent.view(m, t), layers, self.prompt_length)
 
@@ -314,6 +315,7 @@ class ModelRollout:
             capture,
             lambda idx: (cache.layers[idx].keys, cache.layers[idx].values),
             capture.stacked_norms,
+            capture.stacked_lse,
         )
         return Trajectories(
             torch.cat(ids, dim=1), torch.cat(logprobs, dim=1), torch.cat(entropies, dim=1), layers, self.prompt_length
@@ -360,6 +362,7 @@ class ModelRollout:
         capture: QueryCapture,
         responses: Callable[[int], tuple[torch.Tensor, torch.Tensor]] | None,
         norms: Callable[[int], torch.Tensor | None],
+        lse: Callable[[int], torch.Tensor | None] | None = None,
     ) -> tuple[LayerCapture, ...]:
         """One :class:`LayerCapture` per evictable layer.
 
@@ -370,6 +373,9 @@ class ModelRollout:
             responses: layer index -> the futures' own keys and values (M, G, R, d), the entries
                 after the prompt (None: no response keys, the prompt-window control).
             norms: layer index -> (M, T) the queries' hidden-state norms, or None.
+            lse: layer index -> (M, H, T, 2) the log-sum-exps the queries' pass computed over
+                this row's prompt and their own keys, or None (None: not recorded, or over
+                another prefix, a draft's).
         """
         layers = []
         for idx in sorted(self.evict_layers):
@@ -392,6 +398,7 @@ class ModelRollout:
                     scaling=capture.scaling[idx],
                     rotary=rotary_tables(self.model, idx),
                     query_norms=norms(idx),
+                    lse=None if lse is None else lse(idx),
                 )
             )
         return tuple(layers)
@@ -403,6 +410,8 @@ def decode_rows(
     rules: Sequence[TokenRule],
     num_futures: int,
     num_tokens: int,
+    *,
+    drafted: bool = False,
 ) -> list[Trajectories]:
     """M futures of T tokens for each of P rows, decoded together (P * M rows a step).
 
@@ -413,6 +422,8 @@ def decode_rows(
             so a row's random draws do not depend on the other rows of the batch.
         num_futures: M.
         num_tokens: T.
+        drafted: ``source`` is not the rows' prompt caches (a draft selection of them): the
+            futures' log-sum-exps are over its keys, not the prompt's, and are not kept.
     """
     check_int_at_least("num_futures", num_futures, 1)
     check_int_at_least("num_tokens", num_tokens, 1)
@@ -436,10 +447,16 @@ def decode_rows(
             row.positions(num_tokens),
             capture,
             lambda idx, span=span: (cache.layers[idx].keys[span], cache.layers[idx].values[span]),
-            lambda idx, span=span: None if (norms := capture.stacked_norms(idx)) is None else norms[span],
+            lambda idx, span=span: _rows(capture.stacked_norms(idx), span),
+            None if drafted else lambda idx, span=span: _rows(capture.stacked_lse(idx), span),
         )
         out.append(Trajectories(ids_[span], lp_[span], ent_[span], layers, row.prompt_length))
     return out
+
+
+def _rows(values: torch.Tensor | None, span: slice) -> torch.Tensor | None:
+    """The rows ``span`` of an optional per-future tensor."""
+    return None if values is None else values[span]
 
 
 def draw(

@@ -19,7 +19,7 @@ from pydantic import Field
 from lorekv.registry import ComponentConfig, Registry
 from lorekv.scores import Selection
 from lorekv.token_rules import TokenRule
-from lorekv.trajectories import FutureMixture, LayerCapture, Step, Trajectories, cat_norms
+from lorekv.trajectories import FutureMixture, LayerCapture, Step, Trajectories, cat_optional
 
 
 class Rollout(Protocol):
@@ -239,12 +239,15 @@ def prepend_last_prompt_query(futures: Trajectories, last: Trajectories) -> Traj
                 queries=torch.cat([first, layer.queries], dim=2),
                 query_positions=torch.cat([extra.query_positions.to(layer.query_positions), layer.query_positions]),
                 visible_spans=spans,
-                query_norms=cat_norms(
+                query_norms=cat_optional(
                     [
                         None if extra.query_norms is None else extra.query_norms.expand(layer.num_futures, -1),
                         layer.query_norms,
                     ],
                     dim=1,
+                ),
+                lse=cat_optional(
+                    [None if extra.lse is None else extra.lse.expand(layer.num_futures, -1, -1, -1), layer.lse], dim=2
                 ),
             )
         )

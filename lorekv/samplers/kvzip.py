@@ -33,7 +33,7 @@ from lorekv.samplers.base import (
     encode,
     required_tokenizer,
 )
-from lorekv.trajectories import LayerCapture, Trajectories, cat_norms
+from lorekv.trajectories import LayerCapture, Trajectories, cat_optional
 
 
 class KVzipConfig(SamplerConfig):
@@ -135,6 +135,9 @@ class KVzipSampler(Sampler):
             for row, i in enumerate(chunks):
                 forced[i] = _row(batch, row)
         parts = [(start, end, forced[i]) for i, (start, end, _) in enumerate(inputs)]
+        # one chunk of the whole prompt: its spans are the causal rule, and without them the
+        # scorers read the normaliser of the prompt keys from the pass (LayerCapture.lse)
+        whole = len(parts) == 1 and parts[0][:2] == (0, n)
         layers = []
         for i, first in enumerate(parts[0][2].layers):
             per_chunk = [traj.layers[i] for _, _, traj in parts]
@@ -155,9 +158,10 @@ class KVzipSampler(Sampler):
                     response_values=torch.cat([layer.response_values for layer in per_chunk], dim=2),
                     o_proj=first.o_proj,
                     scaling=first.scaling,
-                    visible_spans=torch.cat(spans).to(device),
+                    visible_spans=None if whole else torch.cat(spans).to(device),
                     rotary=first.rotary,
-                    query_norms=cat_norms([layer.query_norms for layer in per_chunk], dim=1),
+                    query_norms=cat_optional([layer.query_norms for layer in per_chunk], dim=1),
+                    lse=cat_optional([layer.lse for layer in per_chunk], dim=2),
                 )
             )
         trajs = [traj for _, _, traj in parts]
@@ -190,7 +194,8 @@ def _row(trajectories: Trajectories, row: int) -> Trajectories:
     layers = tuple(
         replace(layer, queries=layer.queries[one], response_keys=layer.response_keys[one],
                 response_values=layer.response_values[one],
-                query_norms=None if layer.query_norms is None else layer.query_norms[one])
+                query_norms=None if layer.query_norms is None else layer.query_norms[one],
+                lse=None if layer.lse is None else layer.lse[one])
         for layer in trajectories.layers
     )  # fmt: skip
     return Trajectories(

@@ -24,7 +24,7 @@ from lorekv.policies.uniform import UniformConfig, UniformPolicy
 from lorekv.samplers.base import SAMPLERS, BatchRollout, Rollout, Sampler, SamplerConfig, check_futures
 from lorekv.scorers.attention_mass import AttentionMassConfig, AttentionMassScorer
 from lorekv.scores import Scores, Selection
-from lorekv.trajectories import Trajectories, cat_norms
+from lorekv.trajectories import Trajectories, cat_optional
 
 
 class LookaheadConfig(SamplerConfig):
@@ -113,6 +113,7 @@ class LookaheadSampler(Sampler):
                 layer,
                 response_keys=layer.response_keys[:, :, :0],
                 response_values=layer.response_values[:, :, :0],
+                lse=None,  # drafted from another cache, and scored without its own keys
             )
             for layer in futures.layers
         )
@@ -124,7 +125,8 @@ class LookaheadSampler(Sampler):
                 layer,
                 queries=torch.cat([own.queries.to(layer.queries.dtype), layer.queries], dim=2),
                 query_positions=torch.cat([own.query_positions.to(layer.query_positions), layer.query_positions]),
-                query_norms=cat_norms([own.query_norms, layer.query_norms], dim=1),
+                query_norms=cat_optional([own.query_norms, layer.query_norms], dim=1),
+                lse=cat_optional([own.lse, layer.lse], dim=2),
             )
             for own, layer in zip(window.layers, layers, strict=True)
         )

@@ -163,6 +163,7 @@ class QuestionsSampler(Sampler):
                     query_norms=None
                     if layer.query_norms is None
                     else layer.query_norms.index_select(1, index.to(layer.query_norms.device)),
+                    lse=None if layer.lse is None else layer.lse.index_select(2, index.to(layer.lse.device)),
                 )
             )
         return Trajectories(

@@ -201,28 +201,52 @@ def prompt_attention_weights(layer: LayerCapture) -> torch.Tensor:
 
     a_j = exp(l_j - lse) with lse the log-sum-exp over every key the query sees, the prompt's
     and the future's own: the response keys enter through their log-sum-exp only, so neither a
-    (n + R)-wide copy nor a softmax over it is formed (a reconstruction's R is about n). A query
-    that sees no key gets zeros. A view of a head-major (H, M, T, n) tensor."""
+    (n + R)-wide copy nor a softmax over it is formed (a reconstruction's R is about n). Where the
+    pass recorded its log-sum-exps (:attr:`~lorekv.trajectories.LayerCapture.lse`) they are read
+    instead of recomputed: the own keys' always; the prompt's where the queries see the prompt
+    causally (``visible_spans`` None), which for a recorded pass means all of it (its queries
+    come after the prompt), so the prompt logits are the only ones formed, with no mask: one GEMM
+    and one exp. Queries with ``visible_spans`` (a reconstruction's chunks) form logits on the
+    prompt keys they see only (:meth:`~lorekv.trajectories.LayerCapture.visible_prompt_keys`:
+    a chunk and the sinks, not the whole prompt). A query that sees no key gets zeros. A view of a
+    head-major (H, M, T, n) tensor."""
     n = layer.prompt_length
     queries = scaled_queries(layer, compute_dtype(layer))  # (H, M, T, d)
-    visible = layer.visible()
-    seen = visible[:, :n]
-    prompt = prompt_logits(layer, queries).masked_fill_(~seen, float("-inf"))
-    total = torch.logsumexp(prompt, dim=-1, keepdim=True)  # (H, M, T, 1)
-    if layer.response_keys.shape[2] > 0:
-        own = own_logits(layer, queries).masked_fill_(~visible[:, n:], float("-inf"))
+    recorded = None if layer.lse is None else layer.lse.to(queries.dtype).transpose(0, 1)  # (H, M, T, 2)
+    if layer.visible_spans is None:
+        columns = None
+        prompt = prompt_logits(layer, queries)
+        if recorded is not None:
+            total = torch.logaddexp(recorded[..., 0], recorded[..., 1]).unsqueeze(-1)  # (H, M, T, 1)
+            return prompt.sub_(total).exp_().transpose(0, 1)
+        seen = layer.visible_at(torch.arange(n))
+    else:
+        columns = layer.visible_prompt_keys()  # (c,)
+        prompt = prompt_logits(layer, queries, columns)  # (H, M, T, c)
+        seen = layer.visible_at(columns)
+    prompt = prompt.masked_fill_(~seen, float("-inf"))
+    total = torch.logsumexp(prompt, dim=-1, keepdim=True)
+    if recorded is not None:
+        total = torch.logaddexp(total, recorded[..., 1:])
+    elif layer.response_keys.shape[2] > 0:
+        own_seen = layer.visible_at(torch.arange(n, layer.num_keys))
+        own = own_logits(layer, queries).masked_fill_(~own_seen, float("-inf"))
         total = torch.logaddexp(total, torch.logsumexp(own, dim=-1, keepdim=True))
-    weights = prompt.sub_(total).exp_().masked_fill_(~seen, 0.0)  # a query without keys: -inf - -inf
+    weights = prompt.sub_(total).exp_().masked_fill_(~seen, 0.0)  # unseen keys, and queries without keys
+    if columns is not None and columns.numel() < n:
+        weights = weights.new_zeros(*weights.shape[:-1], n).index_copy_(-1, columns, weights)
     return weights.transpose(0, 1)
 
 
-def prompt_logits(layer: LayerCapture, queries: torch.Tensor) -> torch.Tensor:
-    """(H, M, T, n) the scaled logits of ``queries`` (H, M, T, d) on the prompt keys: one GEMM per
-    KV head over all of its queries, the keys never copied per future (nothing masked)."""
+def prompt_logits(layer: LayerCapture, queries: torch.Tensor, columns: torch.Tensor | None = None) -> torch.Tensor:
+    """(H, M, T, n) the scaled logits of ``queries`` (H, M, T, d) on the prompt keys, or (H, M, T, c)
+    on the prompt keys ``columns`` (c,) only: one GEMM per KV head over all of its queries, the
+    keys never copied per future (nothing masked)."""
     h, m, t, d = queries.shape
     g, r = layer.num_kv_heads, layer.group_size
     torch._check(h == g * r)  # for torch.compile's symbolic shapes: the heads split evenly
-    keys = layer.prompt_keys.to(queries.dtype).transpose(1, 2)
+    keys = layer.prompt_keys if columns is None else layer.prompt_keys.index_select(1, columns)
+    keys = keys.to(queries.dtype).transpose(1, 2)
     return torch.matmul(queries.reshape(g, r * m * t, d), keys).reshape(h, m, t, -1)
 
 

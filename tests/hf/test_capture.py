@@ -23,8 +23,17 @@ MODELS = [
 ]
 
 
-def assert_capture_matches(layer, ref: dict[str, object], n: int, start: int, future: int, response: bool) -> None:
-    """``layer`` (one LayerCapture) against the reference of one sequence, queries from ``start``."""
+def full_attention(model, idx: int) -> bool:
+    """Layer ``idx`` attends without a sliding window (its passes record their log-sum-exps)."""
+    types = getattr(model.config, "layer_types", None)
+    return types is None or types[idx] != "sliding_attention"
+
+
+def assert_capture_matches(
+    layer, ref: dict[str, object], n: int, start: int, future: int, response: bool, lse: bool = False
+) -> None:
+    """``layer`` (one LayerCapture) against the reference of one sequence, queries from ``start``;
+    ``lse``: the pass recorded its log-sum-exps (over the prompt and over the own keys)."""
     t = layer.queries.shape[2]
     exact = {"rtol": 1e-6, "atol": 1e-6}  # eager attention takes its softmax in float32
     torch.testing.assert_close(layer.query_positions, torch.arange(start, start + t))
@@ -43,6 +52,14 @@ def assert_capture_matches(layer, ref: dict[str, object], n: int, start: int, fu
     # The attention the scorers recompute from the capture is the model's own (float32 softmax there).
     output = causal_attention(layer).output[future].double()
     torch.testing.assert_close(output, ref["output"][:, start : start + t].double(), rtol=1e-5, atol=1e-5)
+    assert (layer.lse is not None) == lse
+    if lse:  # the model's logits, every prompt key seen and the own keys causally
+        query, key = ref["query"][:, start : start + t].double(), ref["key"].double()
+        key = key.repeat_interleave(query.shape[0] // key.shape[0], dim=0)
+        logits = (query @ key[:, : n + t].transpose(-1, -2)) * ref["scaling"]
+        own = logits[..., n:].masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), -torch.inf)
+        want = torch.stack([logits[..., :n].logsumexp(-1), own.logsumexp(-1)], dim=-1)
+        torch.testing.assert_close(layer.lse[future].double(), want, **exact)
 
 
 @pytest.mark.parametrize("make", MODELS)
@@ -58,7 +75,8 @@ def test_sampled_futures_capture_what_the_model_computes(make) -> None:
     for m in range(3):
         refs = reference(model, torch.cat([ids, futures.token_ids[m : m + 1]], dim=1))
         for layer in futures.layers:
-            assert_capture_matches(layer, refs[layer.layer_idx], n, n, m, response=True)
+            recorded = full_attention(model, layer.layer_idx)
+            assert_capture_matches(layer, refs[layer.layer_idx], n, n, m, response=True, lse=recorded)
 
 
 @pytest.mark.parametrize("make", MODELS)
@@ -72,7 +90,8 @@ def test_teacher_forced_futures_capture_what_the_model_computes(make) -> None:
     for m in range(2):
         refs = reference(model, torch.cat([ids, forced[m : m + 1]], dim=1))
         for layer in futures.layers:
-            assert_capture_matches(layer, refs[layer.layer_idx], n, n, m, response=True)
+            recorded = full_attention(model, layer.layer_idx)
+            assert_capture_matches(layer, refs[layer.layer_idx], n, n, m, response=True, lse=recorded)
 
 
 @pytest.mark.parametrize("make", MODELS)
@@ -88,6 +107,22 @@ def test_prompt_window_captures_the_last_prompt_queries(make, window: int) -> No
     refs = reference(model, ids)
     for layer in futures.layers:
         assert_capture_matches(layer, refs[layer.layer_idx], n, n - window, 0, response=False)
+
+
+def test_futures_drafted_from_another_cache_carry_no_normalisers() -> None:
+    """A draft (LAQ's stage 1) is a subset of the prompt: its futures' log-sum-exps are over
+    it, not over the prompt their scorer sees, so they are not kept; from the full cache they are."""
+    from lorekv.scores import Selection
+
+    model = tiny_llama(16, layers=2)
+    ids = random_ids(14, seed=28)
+    layers = evictable_layers(model)
+    rollout = ModelRollout(prepare(model), ids, layers)
+    keep = Selection(tuple((torch.arange(0, 14, 2),) * 2 for _ in layers), tuple(layers), 14)
+    drafted = rollout.decode(lambda logits: logits.argmax(-1), 2, 3, keep=keep)
+    full = rollout.decode(lambda logits: logits.argmax(-1), 2, 3)
+    assert all(layer.lse is None for layer in drafted.layers)
+    assert all(layer.lse is not None for layer in full.layers)
 
 
 def test_hidden_state_norms_are_recorded_only_when_asked() -> None:

@@ -26,10 +26,12 @@ from lorekv.hf.rollout import ModelRollout
 
 
 def reference_attention(query, prefix_keys, prefix_values, prefix_pos, keys, values, key_pos, query_pos, window, scale):
-    """float64 softmax over [prefix, own] per branch, the visibility rule spelled out."""
+    """float64 softmax over [prefix, own] per branch, the visibility rule spelled out; and the
+    (b, h, q, 2) log-sum-exps of the visible logits over the prefix and over the own keys."""
     b, h, q, d = query.shape
     g = keys.shape[1]
     out = torch.zeros(b, h, q, d, dtype=torch.float64)
+    lse = torch.zeros(b, h, q, 2, dtype=torch.float64)
     for bi in range(b):
         for hi in range(h):
             gi = hi // (h // g)
@@ -43,7 +45,9 @@ def reference_attention(query, prefix_keys, prefix_values, prefix_pos, keys, val
                 logits = (k @ query[bi, hi, qi].double()) * scale
                 logits[~ok] = -torch.inf
                 out[bi, hi, qi] = torch.softmax(logits, 0) @ v
-    return out
+                cut = prefix_keys.shape[2]
+                lse[bi, hi, qi] = torch.stack([logits[:cut].logsumexp(0), logits[cut:].logsumexp(0)])
+    return out, lse
 
 
 @given(
@@ -82,14 +86,15 @@ def test_cascade_attention_equals_attention_over_the_concatenation(
     query = torch.randn(branches, h, q, d, generator=gen)
     query_pos = torch.arange(start + own, start + own + q)
     causal = own == 0 and q > 1 and window is None  # a teacher-forced step: the own part is causal
-    got = shared_prefix_attention(
+    got, lse_p, lse_s = shared_prefix_attention(
         query, keys, values, key_pos, query_pos, prefix.keys, prefix.values, prefix.positions, padded, window, 0.35,
         causal,
     )  # fmt: skip
-    want = reference_attention(
+    want, want_lse = reference_attention(
         query, prefix.keys, prefix.values, prefix.positions, keys, values, key_pos, query_pos, window, 0.35
     )
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.stack([lse_p, lse_s], dim=-1).double(), want_lse, rtol=1e-5, atol=1e-5)
 
 
 @given(
@@ -120,7 +125,7 @@ def test_cascade_attention_over_a_batch_of_prefixes_reads_each_branchs_own_row(
     values = torch.randn(b, g, q, d, generator=gen)
     key_pos = query_pos.view(b, 1, q).expand(b, g, q).contiguous()
     query = torch.randn(b, h, q, d, generator=gen)
-    got = shared_prefix_attention(
+    got, _, _ = shared_prefix_attention(
         query, keys, values, key_pos, query_pos, prefix_keys, prefix_values, prefix_pos, True, window, 0.35
     )
     for branch in range(b):
@@ -137,7 +142,7 @@ def test_cascade_attention_over_a_batch_of_prefixes_reads_each_branchs_own_row(
                 query_pos[branch, qi : qi + 1],
                 window,
                 0.35,
-            )
+            )[0]
             torch.testing.assert_close(got[branch : branch + 1, :, qi : qi + 1].double(), want, rtol=1e-5, atol=1e-5)
 
 

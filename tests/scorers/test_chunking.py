@@ -112,10 +112,8 @@ def test_mean_divides_by_every_query_including_those_that_cannot_see_the_token(m
     assert torch.all(weights[..., 0, 1:] == 0)
 
 
-@settings(deadline=None, max_examples=30)
-@given(seed=st.integers(0, 2**20))
-def test_visible_spans_equal_an_explicit_mask(seed: int) -> None:
-    layer = spans_capture(seed)
+def explicit_mask(layer: LayerCapture) -> torch.Tensor:
+    """(T, n+R) bool, written out from the spans range by range."""
     spans = layer.visible_spans
     keys = layer.prompt_length + layer.response_keys.shape[2]
     expected = torch.zeros(spans.shape[0], keys, dtype=torch.bool)
@@ -123,8 +121,42 @@ def test_visible_spans_equal_an_explicit_mask(seed: int) -> None:
         for lo, hi in spans[t].tolist():
             for j in range(max(lo, 0), min(hi, keys)):
                 expected[t, j] = True
+    return expected
+
+
+@settings(deadline=None, max_examples=30)
+@given(seed=st.integers(0, 2**20))
+def test_visible_spans_equal_an_explicit_mask(seed: int) -> None:
+    layer = spans_capture(seed)
+    expected = explicit_mask(layer)
+    n = layer.prompt_length
     assert torch.equal(layer.visible(), expected)
     assert torch.equal(layer.query_slice(2, 5).visible(), expected[2:5])
+    assert torch.equal(layer.visible_at(torch.arange(expected.shape[1])), expected)
+    columns = layer.visible_prompt_keys()
+    assert columns.tolist() == expected[:, :n].any(dim=0).nonzero().squeeze(1).tolist()
+    assert torch.equal(layer.visible_at(columns), expected[:, columns])
+
+
+@settings(deadline=None, max_examples=30)
+@given(seed=st.integers(0, 2**20), recorded=st.booleans())
+def test_attention_mass_over_spans_equals_an_explicit_softmax(seed: int, recorded: bool) -> None:
+    """Weights formed on the prompt keys some query sees (a reconstruction chunk's), zeros elsewhere,
+    equal a float64 softmax over each query's visible keys; with the own keys' normaliser given as
+    a recorded log-sum-exp (``lse``, the prompt part a decoy: spans make the scorer form its own)."""
+    layer = spans_capture(seed)
+    n, seen = layer.prompt_length, explicit_mask(layer)
+    group = layer.group_size
+    keys = torch.cat([layer.prompt_keys.expand(layer.num_futures, -1, -1, -1), layer.response_keys], dim=2)
+    keys = keys.repeat_interleave(group, dim=1).double()  # (M, H, n+R, d)
+    logits = (layer.queries.double() @ keys.transpose(-1, -2)) * layer.scaling
+    logits = logits.masked_fill(~seen, -torch.inf)
+    expected = torch.softmax(logits, dim=-1).nan_to_num(0.0)[..., :n]
+    if recorded:
+        own = logits[..., n:].logsumexp(-1)
+        layer = replace(layer, lse=torch.stack([torch.full_like(own, 123.0), own], dim=-1))
+    got = SCORERS.build({"name": "attention_mass"}).query_scores(layer)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-14)
 
 
 def test_causal_capture_slices_keep_causality() -> None:
