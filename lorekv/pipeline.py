@@ -17,9 +17,10 @@ Two uses:
   cache, so the first answer token never comes from the full-cache prefill.
 - query-agnostic: compress a context (every token a candidate), then feed one or more
   questions after it, uncompressed, each from a fork of the same compressed cache. A pipeline
-  may name a second sampler for this mode (``agnostic_sampler``): futures that continue a
-  context keep what a prompt window keeps, so LORE-KV's preset draws question-and-answer
-  futures there (:mod:`lorekv.samplers.questions`). The method is still a 4-tuple in each mode
+  may name other parts for this mode (``agnostic_sampler``, ``agnostic_scorer``,
+  ``agnostic_aggregator``, ``agnostic_policy``): futures that continue a context keep what a
+  prompt window keeps, so LORE-KV's preset reconstructs the context there, scored as KVzip
+  scores it (:func:`lorekv.presets.lore_kv`). The method is still a 4-tuple in each mode
   (:meth:`PipelineConfig.for_mode`).
 """
 
@@ -43,6 +44,7 @@ from pydantic import (
     ValidationInfo,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 import lorekv.aggregators  # noqa: F401  (registration)
@@ -83,25 +85,30 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 FAMILIES = ("sampler", "scorer", "aggregator", "policy")
-PARTS = ("sampler", "agnostic_sampler", "scorer", "aggregator", "policy")
-"""The parts of a :class:`PipelineConfig`: the four families and the optional query-agnostic sampler."""
+AGNOSTIC = {f"agnostic_{family}": family for family in FAMILIES}
+"""Each optional query-agnostic part -> the family (and the part) it stands in for."""
+PARTS = tuple(part for family in FAMILIES for part in (family, f"agnostic_{family}"))
+"""The parts of a :class:`PipelineConfig`: the four families, each with its optional query-agnostic part."""
+REGISTRIES = {"sampler": SAMPLERS, "scorer": SCORERS, "aggregator": AGGREGATORS, "policy": POLICIES}
 
 
-def of_mode(sampler: T, agnostic_sampler: T | None, query_aware: bool) -> T:
-    """The sampler (component or config) that draws the futures in a mode: ``agnostic_sampler``
-    for a context compressed before its question when there is one, ``sampler`` otherwise."""
-    return sampler if query_aware or agnostic_sampler is None else agnostic_sampler
+def of_mode(part: T, agnostic: T | None, query_aware: bool) -> T:
+    """The part (component or config) that serves a mode: its ``agnostic_`` counterpart for a
+    context compressed before its question when there is one, ``part`` otherwise."""
+    return part if query_aware or agnostic is None else agnostic
 
 
 class PipelineConfig(BaseModel):
     """A whole method, serialisable to YAML/JSON; each part is a registry-named config.
 
     Attributes:
-        sampler: draws the futures (query-aware, and query-agnostic unless ``agnostic_sampler``).
-        agnostic_sampler: draws them when a context is compressed before its question
-            (``compress(..., query_aware=False)``); None (default): ``sampler`` in both modes.
-            Left out of the YAML/JSON when None.
-        scorer, aggregator, policy: as their families; the same in both modes.
+        sampler, scorer, aggregator, policy: the four parts (query-aware, and query-agnostic
+            where no ``agnostic_`` part replaces them).
+        agnostic_sampler, agnostic_scorer, agnostic_aggregator, agnostic_policy: the parts that
+            replace them when a context is compressed before its question
+            (``compress(..., query_aware=False)``); None (default): the same part in both modes.
+            Left out of the YAML/JSON when None. A policy's budget is the method's, the same in
+            both modes.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -109,35 +116,50 @@ class PipelineConfig(BaseModel):
     sampler: SerializeAsAny[ComponentConfig]
     agnostic_sampler: SerializeAsAny[ComponentConfig] | None = None
     scorer: SerializeAsAny[ComponentConfig]
+    agnostic_scorer: SerializeAsAny[ComponentConfig] | None = None
     aggregator: SerializeAsAny[ComponentConfig] = Field(default_factory=MeanConfig)
+    agnostic_aggregator: SerializeAsAny[ComponentConfig] | None = None
     policy: SerializeAsAny[ComponentConfig]
+    agnostic_policy: SerializeAsAny[ComponentConfig] | None = None
 
-    @field_validator("sampler", "agnostic_sampler", "scorer", "aggregator", "policy", mode="before")
+    @field_validator(*PARTS, mode="before")
     @classmethod
     def _component(cls, value: Any, info: ValidationInfo) -> ComponentConfig | None:
-        if value is None and info.field_name == "agnostic_sampler":
+        if value is None and info.field_name in AGNOSTIC:
             return None
-        registry = {
-            "sampler": SAMPLERS,
-            "agnostic_sampler": SAMPLERS,
-            "scorer": SCORERS,
-            "aggregator": AGGREGATORS,
-            "policy": POLICIES,
-        }
-        return registry[info.field_name].parse(value)
+        return REGISTRIES[AGNOSTIC.get(info.field_name, info.field_name)].parse(value)
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> PipelineConfig:
+        budget, agnostic = getattr(self.policy, "budget", None), getattr(self.agnostic_policy, "budget", None)
+        if self.agnostic_policy is not None and agnostic != budget:
+            raise ValueError(
+                f"agnostic_policy.budget must equal policy.budget ({budget}), got {agnostic}: "
+                "a method keeps one budget in both modes"
+            )
+        return self
 
     @model_serializer(mode="wrap")
     def _without_unset_agnostic(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        if isinstance(data, dict) and data.get("agnostic_sampler") is None:
-            data.pop("agnostic_sampler", None)  # a pipeline without one reads and hashes as before it existed
+        if isinstance(data, dict):
+            for part in AGNOSTIC:
+                if data.get(part) is None:
+                    data.pop(part, None)  # a pipeline without one reads and hashes as before it existed
         return data
 
+    @property
+    def agnostic_parts(self) -> tuple[str, ...]:
+        """The ``agnostic_`` parts this pipeline sets."""
+        return tuple(part for part in AGNOSTIC if getattr(self, part) is not None)
+
     def for_mode(self, query_aware: bool) -> PipelineConfig:
-        """The 4-tuple that compresses in this mode: query-agnostic, ``agnostic_sampler`` (when set)
-        in place of ``sampler``; no agnostic sampler left in either."""
-        sampler = of_mode(self.sampler, self.agnostic_sampler, query_aware)
-        return self.model_copy(update={"sampler": sampler, "agnostic_sampler": None})
+        """The 4-tuple that compresses in this mode: query-agnostic, each ``agnostic_`` part (when
+        set) in place of its family's; no ``agnostic_`` part left in either."""
+        update: dict[str, Any] = {part: None for part in AGNOSTIC}
+        for part, family in AGNOSTIC.items():
+            update[family] = of_mode(getattr(self, family), getattr(self, part), query_aware)
+        return self.model_copy(update=update)
 
     @classmethod
     def from_file(cls, path: str | Path) -> PipelineConfig:
@@ -170,21 +192,27 @@ class PipelineConfig(BaseModel):
         ``"<part>.name"`` switches the part's component (its other fields must then exist on
         the new one); a bare ``"<part>"`` with a mapping or a component config replaces the
         whole part, e.g. ``{"sampler": {"name": "prompt_window", "window": 8}}``, and
-        ``{"agnostic_sampler": None}`` removes the query-agnostic sampler (``sampler`` then
-        serves both modes). A new sampler (the whole part, or ``"sampler.name"``) serves both
-        modes too, unless the same changes set ``agnostic_sampler``: a pipeline whose sampler
-        was replaced draws the futures it names; a field of the sampler
-        (``"sampler.num_futures"``) changes the query-aware futures only
-        (``"agnostic_sampler.<field>"`` the others).
+        ``{"agnostic_sampler": None}`` removes a query-agnostic part (``sampler`` then serves
+        both modes). A new component for a family (the whole part, or ``"<family>.name"``)
+        serves both modes too, unless the same changes set its ``agnostic_`` part: a pipeline
+        whose scorer was replaced scores with it. A new sampler, unless the same changes set an
+        ``agnostic_`` part, removes them all: its futures, scored and selected as the pipeline's
+        own, in both modes. A field of a part (``"sampler.num_futures"``) changes the
+        query-aware part only (``"agnostic_sampler.<field>"`` the other), except
+        ``"policy.budget"``, the method's budget, which sets both policies'.
         """
         data = self.model_dump()
         parts = {path.partition(".")[0] for path in changes}
-        if "agnostic_sampler" not in parts and any(path in ("sampler", "sampler.name") for path in changes):
-            data.pop("agnostic_sampler", None)
+        replaced = {path.partition(".")[0] for path in changes if path in FAMILIES or path.endswith(".name")}
+        if "sampler" in replaced and not parts & set(AGNOSTIC):
+            replaced |= set(FAMILIES)  # the new futures, scored as the pipeline scores, in both modes
+        for part, family in AGNOSTIC.items():
+            if family in replaced and part not in parts:
+                data.pop(part, None)
         for path, value in changes.items():
             part, dot, field = path.partition(".")
             if part in PARTS and not dot:
-                if value is None and part == "agnostic_sampler":
+                if value is None and part in AGNOSTIC:
                     data.pop(part, None)
                     continue
                 if isinstance(value, ComponentConfig):
@@ -203,7 +231,14 @@ class PipelineConfig(BaseModel):
             if part not in data:
                 raise ValueError(f"override {path!r}: this pipeline has no {part}; give the whole part as {part!r}")
             data[part][field] = value
+            if path == "policy.budget" and "agnostic_policy" in data and "agnostic_policy.budget" not in changes:
+                data["agnostic_policy"]["budget"] = value
         return PipelineConfig.model_validate(data)
+
+
+def _component(registry: Any, kind: type[T], part: T | ComponentConfig | Mapping[str, Any] | str | None) -> Any:
+    """A part given as a component, a config, a mapping or a registry name, as a component (None stays None)."""
+    return part if part is None or isinstance(part, kind) else registry.build(part)
 
 
 def check_stats_reach(sampler: Sampler | None, aggregator: str) -> None:
@@ -267,8 +302,8 @@ def prefill(
 class Pipeline:
     """sampler + scorer + aggregator + policy. Parts may be components, configs, mappings or names.
 
-    ``agnostic_sampler`` (optional) draws the futures instead of ``sampler`` when a context is
-    compressed before its question (``query_aware=False``); see :meth:`sampler_for`.
+    The ``agnostic_`` parts (optional) replace their family's when a context is compressed
+    before its question (``query_aware=False``): that mode runs :meth:`for_mode`'s pipeline.
 
     ``compile=True`` runs the scorer's kernel and the futures' attention through
     ``torch.compile`` (dynamic shapes; :mod:`lorekv.compiling`): the same scores up to float
@@ -284,23 +319,30 @@ class Pipeline:
         policy: Policy | ComponentConfig | Mapping[str, Any],
         *,
         agnostic_sampler: Sampler | ComponentConfig | Mapping[str, Any] | str | None = None,
+        agnostic_scorer: Scorer | ComponentConfig | Mapping[str, Any] | str | None = None,
+        agnostic_aggregator: Aggregator | ComponentConfig | Mapping[str, Any] | str | None = None,
+        agnostic_policy: Policy | ComponentConfig | Mapping[str, Any] | None = None,
         compile: bool = False,
     ) -> None:
-        self.sampler: Sampler = sampler if isinstance(sampler, Sampler) else SAMPLERS.build(sampler)
-        self.agnostic_sampler: Sampler | None = (
-            agnostic_sampler
-            if agnostic_sampler is None or isinstance(agnostic_sampler, Sampler)
-            else SAMPLERS.build(agnostic_sampler)
-        )
-        self.scorer: Scorer = scorer if isinstance(scorer, Scorer) else SCORERS.build(scorer)
-        self.aggregator: Aggregator = (
-            aggregator if isinstance(aggregator, Aggregator) else AGGREGATORS.build(aggregator)
-        )
-        self.policy: Policy = policy if isinstance(policy, Policy) else POLICIES.build(policy)
+        self.sampler: Sampler = _component(SAMPLERS, Sampler, sampler)
+        self.scorer: Scorer = _component(SCORERS, Scorer, scorer)
+        self.aggregator: Aggregator = _component(AGGREGATORS, Aggregator, aggregator)
+        self.policy: Policy = _component(POLICIES, Policy, policy)
+        self.agnostic_sampler: Sampler | None = _component(SAMPLERS, Sampler, agnostic_sampler)
+        self.agnostic_scorer: Scorer | None = _component(SCORERS, Scorer, agnostic_scorer)
+        self.agnostic_aggregator: Aggregator | None = _component(AGGREGATORS, Aggregator, agnostic_aggregator)
+        self.agnostic_policy: Policy | None = _component(POLICIES, Policy, agnostic_policy)
+        if self.agnostic_policy is not None:
+            _ = self.config  # a PipelineConfig refuses two budgets
+        self._agnostic: Pipeline | None = None
+        if any(getattr(self, part) is not None for part in AGNOSTIC):
+            parts = {
+                family: of_mode(getattr(self, family), getattr(self, part), False) for part, family in AGNOSTIC.items()
+            }
+            self._agnostic = Pipeline(**parts, compile=compile)
         self.compile = compile
         if self.aggregator.uses_token_stats:
-            for sampler in (self.sampler, self.agnostic_sampler):
-                check_stats_reach(sampler, self.aggregator.config.name)
+            check_stats_reach(self.sampler, self.aggregator.config.name)
 
     @property
     def compile(self) -> bool:
@@ -313,6 +355,8 @@ class Pipeline:
             raise ValueError(f"compile must be True or False, got {value!r}")
         self._compile = value
         self.scorer.compile = value
+        if self._agnostic is not None:
+            self._agnostic.compile = value
 
     @classmethod
     def from_config(cls, config: PipelineConfig | Mapping[str, Any] | str | Path, *, compile: bool = False) -> Pipeline:
@@ -320,29 +364,22 @@ class Pipeline:
             config = PipelineConfig.from_file(config)
         elif not isinstance(config, PipelineConfig):
             config = PipelineConfig.model_validate(dict(config))
-        return cls(
-            config.sampler,
-            config.scorer,
-            config.aggregator,
-            config.policy,
-            agnostic_sampler=config.agnostic_sampler,
-            compile=compile,
-        )
+        parts = {part: getattr(config, part) for part in PARTS}
+        return cls(**parts, compile=compile)
 
     @property
     def config(self) -> PipelineConfig:
-        return PipelineConfig(
-            sampler=self.sampler.config,
-            agnostic_sampler=None if self.agnostic_sampler is None else self.agnostic_sampler.config,
-            scorer=self.scorer.config,
-            aggregator=self.aggregator.config,
-            policy=self.policy.config,
-        )
+        parts = {part: getattr(self, part) for part in PARTS}
+        return PipelineConfig(**{part: None if c is None else c.config for part, c in parts.items()})
+
+    def for_mode(self, query_aware: bool) -> Pipeline:
+        """The pipeline that compresses in this mode: itself, or query-agnostic the one of its
+        ``agnostic_`` parts (where set) and its other parts (the same components)."""
+        return self if query_aware or self._agnostic is None else self._agnostic
 
     def sampler_for(self, query_aware: bool) -> Sampler:
-        """The sampler that draws the futures in this mode: ``agnostic_sampler`` for a context
-        compressed before its question when there is one, ``sampler`` otherwise."""
-        return of_mode(self.sampler, self.agnostic_sampler, query_aware)
+        """The sampler that draws the futures in this mode (:meth:`for_mode`'s)."""
+        return self.for_mode(query_aware).sampler
 
     def check_input(
         self,
@@ -358,6 +395,15 @@ class Pipeline:
         and the positions the futures and the ``extra`` question/answer tokens need (both start
         at each prompt's end; ``extra``: one count for every row, or one per row), before any
         model work; an error names the row. Returns each row's real token count."""
+        if (mode := self.for_mode(query_aware)) is not self:
+            return mode.check_input(
+                model,
+                input_ids,
+                attention_mask=attention_mask,
+                query_aware=query_aware,
+                extra=extra,
+                tokenizer=tokenizer,
+            )
         minimum = 2 if query_aware else 1
         lengths = check_batch(model, input_ids, attention_mask, min_length=minimum)
         extras = [int(extra)] * len(lengths) if isinstance(extra, numbers.Integral) else list(extra)
@@ -366,7 +412,7 @@ class Pipeline:
                 f"extra (answer_tokens) must give one count for every row or one per row ({len(lengths)}), "
                 f"got {len(extras)}"
             )
-        sampler = self.sampler_for(query_aware)
+        sampler = self.sampler
         window = sampler.prefill_window
         tail = 1 if query_aware else 0
         width = input_ids.shape[1]
@@ -400,14 +446,23 @@ class Pipeline:
         every row's futures drawn together, then each row scored and selected on its own (its
         budget over its own candidates, padding never a candidate), giving the same kept set
         as compressing the row alone; the cache holds every row (ragged across rows and heads).
-        ``query_aware=False`` compresses a context before its question, its futures drawn by
-        :meth:`sampler_for` (the ``agnostic_sampler`` when there is one).
+        ``query_aware=False`` compresses a context before its question, with the ``agnostic_``
+        parts where there are (:meth:`for_mode`).
         ``tokenizer`` is handed to the sampler through the rollout; only samplers that feed
         text of their own need it (``kvzip``'s repeat instruction, ``questions``' instruction),
         the others ignore it. ``answer_tokens``: positions the caller will feed after the
         prompt (question and answer; one count for every row, or one per row), checked with the
         futures against the model's context before any work.
         """
+        if (mode := self.for_mode(query_aware)) is not self:
+            return mode.compress(
+                model,
+                input_ids,
+                attention_mask=attention_mask,
+                query_aware=query_aware,
+                tokenizer=tokenizer,
+                answer_tokens=answer_tokens,
+            )
         lengths = self.check_input(
             model,
             input_ids,
@@ -416,7 +471,7 @@ class Pipeline:
             extra=answer_tokens,
             tokenizer=tokenizer,
         )
-        sampler = self.sampler_for(query_aware)
+        sampler = self.sampler
         timer = PhaseTimer(input_ids.device)
         with timer.phase("prefill"):
             batch = prefill(
@@ -448,15 +503,16 @@ class Pipeline:
     ) -> BatchRollout:
         """The first phase of :meth:`compress` (see :func:`prefill`); call :meth:`check_input`
         first, the phases check nothing themselves."""
+        mode = self.for_mode(query_aware)
         return prefill(
             model,
             input_ids,
-            [self.sampler_for(query_aware)],
+            [mode.sampler],
             attention_mask=attention_mask,
             query_aware=query_aware,
             tokenizer=tokenizer,
             compile=self.compile,
-            query_norms=self.scorer.needs_query_norms,
+            query_norms=mode.scorer.needs_query_norms,
         )
 
     def score(self, trajectories: Trajectories, candidates: int) -> tuple[torch.Tensor, torch.Tensor]:

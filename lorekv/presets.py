@@ -41,7 +41,12 @@ def _check_window(method: str, budget: int, window: int) -> None:
 
 
 def lore_kv(
-    budget: int, num_futures: int = 4, num_tokens: int = 8, temperature: float = 0.7, seed: int = 0
+    budget: int,
+    num_futures: int = 4,
+    num_tokens: int = 8,
+    temperature: float = 0.7,
+    seed: int = 0,
+    chunk_size: int = 2048,
 ) -> PipelineConfig:
     """LORE-KV: M sampled futures of T tokens, projected leave-one-out scores, mean over futures.
 
@@ -60,27 +65,33 @@ def lore_kv(
     mode-seeking estimate), which is why it is the variant and not the default.
 
     A context compressed before its question (``compress(..., query_aware=False)``, the
-    ``lorekv-text-generation`` pipeline's default) draws other futures, the ``agnostic_sampler``:
-    after the context, an instruction asks the model for a question about it and its answer
-    (the ``questions`` sampler: M futures, each a 16-token question and a T-token answer, at
-    the same temperature and seed, both sides' queries scored). Futures that continue a
-    context attend like its last tokens and keep what a prompt window keeps: on 70 needle
-    samples (SmolLM2-135M, docs/benchmarks.md, "The query-agnostic default") the question
-    futures answered 0.23 / 0.23 / 0.24 at B = 32 / 64 / 128 where continuing answered 0.00
-    (each a paired finding), at 2.0x transformers' prefill; KVzip's reconstruction, at 6x,
-    answered 0.71 at B = 128. Not in the paper (query-aware only). They need the model's
-    tokenizer (``tokenizer=``); the fed instruction is never a candidate, never kept and not
-    counted in the budget. ``.override({"agnostic_sampler": None})`` restores continuing the
-    context in both modes.
+    ``lorekv-text-generation`` pipeline's default) is compressed with KVzip's parts
+    (https://arxiv.org/abs/2505.23416; the ``kvzip`` preset): its futures are one
+    reconstruction of the context (the model repeats it, teacher-forced, in chunks of
+    ``chunk_size`` tokens), each token scored by the most attention any repeat query gives it
+    (max over the group's heads), and one threshold over every layer and KV head keeps
+    L * G * B entries in all (``agnostic_sampler``, ``agnostic_scorer``, ``agnostic_policy``).
+    This is what won the paired comparisons of issue 35 (SmolLM2-135M, 70 needle samples,
+    docs/benchmarks.md, "The query-agnostic default"): 0.28 / 0.38 / 0.71 at B = 32 / 64 / 128
+    where the question futures the preset drew before answered 0.23 / 0.23 / 0.24 (+0.10 and
+    +0.47 at B = 64 and 128, findings) and LORE-KV's projected leave-one-out on the same
+    reconstruction 0.20 / 0.29 / 0.46 (behind at B = 128, a finding), at about 3.1x
+    transformers' prefill against 2.0x for the question futures. A sampled question visits one
+    detail of the context; the reconstruction visits every token, and attention mass under one
+    threshold ranks it best. Not in the paper (query-aware only). It needs the model's
+    tokenizer (``tokenizer=``); the repeat instruction is never a candidate.
+    ``.override({"agnostic_sampler": None, "agnostic_scorer": None, "agnostic_policy": None})``
+    restores continuing the context in both modes; ``lore_kv_agnostic`` draws question futures.
     """
     return PipelineConfig(
         sampler={"name": "temperature", "num_futures": num_futures, "num_tokens": num_tokens,
                  "temperature": temperature, "seed": seed},
-        agnostic_sampler={"name": "questions", "num_futures": num_futures, "answer_tokens": num_tokens,
-                          "temperature": temperature, "seed": seed, "queries": "both"},
+        agnostic_sampler={"name": "kvzip", "chunk_size": chunk_size},
         scorer={"name": "projected_loo"},
+        agnostic_scorer={"name": "attention_mass", "query_reduction": "max", "head_reduction": "max"},
         aggregator={"name": "mean"},
         policy={"name": "uniform", "budget": budget},
+        agnostic_policy={"name": "global", "budget": budget},
     )  # fmt: skip
 
 
@@ -104,10 +115,11 @@ def lore_kv_agnostic(
     and not counted in the budget; the sampler tokenizes it, so compression needs
     ``tokenizer=``. Differs: not in the paper (which evaluates query-aware use only); measured on
     the benchmarks page ("Query-agnostic: futures that stand for the questions"): on needle
-    prompts it keeps what the prompt window does not, but has not been shown to match KVzip,
-    and scoring both sides (``queries="both"``) was no finding over the answer side.
-    ``preset("lore_kv", B)`` draws such futures itself when it compresses query-agnostically
-    (both sides, at its temperature); this preset draws them in both modes.
+    prompts it keeps what the prompt window does not, but stays below KVzip from B = 64 on
+    (0.23 / 0.23 / 0.24 at B = 32 / 64 / 128 against 0.28 / 0.38 / 0.71, both sides scored at
+    temperature 0.7), and scoring both sides (``queries="both"``) was no finding over the
+    answer side. ``preset("lore_kv", B)`` drew such futures when it compressed a context alone
+    until KVzip's parts replaced them there; this preset draws them in both modes.
     """
     return PipelineConfig(
         sampler={"name": "questions", "num_futures": num_futures, "question_tokens": question_tokens,

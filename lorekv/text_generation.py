@@ -52,9 +52,9 @@ class TextGenerationPipeline(TransformersPipeline):
             tokens are part of the prompt the method scores). Default False: query-agnostic, the
             context alone is compressed and every question is fed after it, because one
             compression then serves every question, and it is what kvpress's pipeline does by
-            default, so the two are compared on the same footing. A method's
-            ``agnostic_sampler`` then draws the futures (``lore_kv``'s question futures; the
-            pipeline hands them its tokenizer).
+            default, so the two are compared on the same footing. A method's ``agnostic_``
+            parts then compress (``lore_kv``'s: KVzip's reconstruction, scorer and global
+            threshold; the pipeline hands the sampler its tokenizer).
         answer_prefix: text the answer starts with (fed after the generation prompt).
         chat: wrap the text in the tokenizer's chat template (default: if it has one); otherwise
             the plain format ``context + "\\n\\n" + question + "\\nAnswer: "``.

@@ -235,13 +235,14 @@ def test_future_presets_equal_the_deletion_rule_on_the_models_own_attention(name
     """LORE-KV: the mean over futures of the projected leave-one-out cost, recomputed by deleting
     each key from the model's own attention; top-B per KV head. The futures' tokens are lorekv's
     (sampling is tested on its own); everything after them is recomputed here. Query-agnostic,
-    with futures that continue the context (the preset's own query-agnostic futures are tested
-    in tests/samplers/test_agnostic_sampler.py)."""
+    with futures that continue the context (the preset's own query-agnostic parts, KVzip's, are
+    tested in tests/test_pipeline_modes.py)."""
     model = tiny_llama(106, layers=3)
     n = 40
     ids = random_ids(n, seed=206)
     budget = 9
-    pipeline = Pipeline.from_config(preset(name, budget).override({"agnostic_sampler": None}))
+    continuing = {"agnostic_sampler": None, "agnostic_scorer": None, "agnostic_policy": None}
+    pipeline = Pipeline.from_config(preset(name, budget).override(continuing))
     compressed = pipeline.compress(model, ids, query_aware=query_aware)
     futures = pipeline.sampler.sample(ModelRollout(prepare(model), ids, evictable_layers(model))).token_ids
     candidates = n - 1 if query_aware else n

@@ -152,8 +152,8 @@ def with_sampler_seed(config: PipelineConfig, seed: int, name: str) -> PipelineC
     for part in ("sampler", "agnostic_sampler"):
         sampler = getattr(config, part)
         seeded = None if sampler is None else _seeded(sampler.model_dump(), seed)
-        if seeded is not None:
-            changes[part] = seeded
+        if seeded is not None:  # field by field: the same components, the other parts untouched
+            changes.update({f"{part}.{field}": seeded[field] for field in ("seed", "samplers") if field in seeded})
     if not changes:
         raise ValueError(f"method {name}: seeds need a stochastic sampler; {config.sampler.name} takes no seed")
     return config.override(changes)
@@ -347,7 +347,7 @@ class GridConfig(BaseModel):
     def pipelines(self) -> dict[str, dict[str, Any]]:
         """What every (method, budget) column resolves to: ``"<method>|<budget label>"`` -> its
         pipeline config as built (before a method's ``seeds`` set its sampler's seed; a ratio
-        column at the longest prompt's candidates; without its ``agnostic_sampler`` when the
+        column at the longest prompt's candidates; without its ``agnostic_`` parts when the
         grid has no query-agnostic mode, which never draws from it). A preset is a function
         whose defaults may change between versions, so a grid naming it means what this
         returns, not its name."""

@@ -116,9 +116,10 @@ def build_pipelines(
         if cell.method.is_full:
             continue
         budget = cell.budget.resolve(prompt.candidates)
-        config = cell.method.build(budget, base, cell.seed).for_mode(prompt.query_aware)
-        if cell.method.oracle:
+        config = cell.method.build(budget, base, cell.seed)
+        if cell.method.oracle:  # the true answer's future, scored as the method scores, in both modes
             config = config.override({"sampler": {"name": "oracle", "token_ids": [oracle_ids(sample, tokenizer)]}})
+        config = config.for_mode(prompt.query_aware)
         pipeline = Pipeline.from_config(config)
         try:
             pipeline.check_input(

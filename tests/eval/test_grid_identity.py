@@ -40,20 +40,25 @@ def test_the_header_records_what_every_column_resolves_to(tmp_path) -> None:
     path = run_grid(GridConfig.model_validate(GRID), tmp_path / "r.jsonl", loader=tiny_loader, progress=False)
     header = json.loads(path.read_text().splitlines()[0])
     expected = preset("lore_kv", 8).model_dump(mode="json")
-    assert expected.pop("agnostic_sampler")["name"] == "questions"
-    assert header["pipelines"]["lore_kv|B=8"] == expected, "a query-aware grid never draws the agnostic futures"
+    assert expected.pop("agnostic_sampler")["name"] == "kvzip"
+    assert expected.pop("agnostic_scorer")["name"] == "attention_mass"
+    assert expected.pop("agnostic_policy")["name"] == "global"
+    assert header["pipelines"]["lore_kv|B=8"] == expected, "a query-aware grid never runs the agnostic parts"
     assert header["pipelines"]["lore_kv|ratio=0.5"]["sampler"] == preset("lore_kv", 1).model_dump()["sampler"]
     assert set(header["pipelines"]) == {"lore_kv|B=8", "lore_kv|ratio=0.5"}, "the full cache has no pipeline"
 
 
 def test_the_agnostic_futures_are_part_of_a_grid_only_where_it_compresses_query_agnostically() -> None:
-    tuned = {**GRID, "methods": ["full", {"name": "lore_kv", "preset": "lore_kv", "set": {"agnostic_sampler.seed": 9}}]}
+    tuned = {
+        **GRID,
+        "methods": ["full", {"name": "lore_kv", "preset": "lore_kv", "set": {"agnostic_sampler.chunk_size": 9}}],
+    }
     assert GridConfig.model_validate(tuned).pipelines() == GridConfig.model_validate(GRID).pipelines()
     agnostic = {**GRID, "modes": ["query_aware", "query_agnostic"]}
     column = GridConfig.model_validate(agnostic).pipelines()["lore_kv|B=8"]
-    assert column == preset("lore_kv", 8).model_dump(mode="json") and "agnostic_sampler" in column
+    assert column == preset("lore_kv", 8).model_dump(mode="json") and "agnostic_scorer" in column
     tuned_column = GridConfig.model_validate({**tuned, "modes": agnostic["modes"]}).pipelines()["lore_kv|B=8"]
-    assert tuned_column["agnostic_sampler"]["seed"] == 9
+    assert tuned_column["agnostic_sampler"]["chunk_size"] == 9
 
 
 def test_a_changed_preset_default_is_another_grid(monkeypatch) -> None:

@@ -32,7 +32,7 @@ UNITS = 2 * 2 * 2  # tasks x modes x samples
 
 
 def tiny_loader(name, grid):
-    return tiny_llama(layers=2).float(), word_tokenizer()
+    return tiny_llama(layers=2, context=1024).float(), word_tokenizer()  # a reconstruction doubles the positions
 
 
 def test_a_grid_runs_every_cell_once_with_a_header(tmp_path) -> None:

@@ -51,8 +51,13 @@ def test_a_deterministic_sampler_takes_no_seeds_and_the_grid_check_says_so() -> 
 
 
 def test_the_seed_reaches_the_samplers_and_each_seeded_component_of_a_mixture() -> None:
-    config = with_sampler_seed(preset("lore_kv", 8), 7, "m")
+    lore_kv = preset("lore_kv", 8)
+    config = with_sampler_seed(lore_kv, 7, "m")
+    assert config.sampler.seed == 7 and config.model_copy(update={"sampler": lore_kv.sampler}) == lore_kv
+    questions = lore_kv.override({"agnostic_sampler": {"name": "questions"}})
+    config = with_sampler_seed(questions, 7, "m")
     assert config.sampler.seed == config.agnostic_sampler.seed == 7, "both modes' futures"
+    assert config.agnostic_parts == questions.agnostic_parts
     agnostic_only = preset("snapkv", 64).override({"agnostic_sampler": {"name": "questions"}})
     assert with_sampler_seed(agnostic_only, 2, "m").agnostic_sampler.seed == 2
     mixed = preset("lore_kv", 8).override({

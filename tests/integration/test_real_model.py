@@ -142,7 +142,8 @@ def test_text_pipeline_answers_two_questions_from_one_compression(smollm2) -> No
     assert all(isinstance(a, str) and a.strip() for a in out["answers"]), out["answers"]
     stats = out["stats"]
     assert 500 <= stats.prompt_tokens == stats.candidate_tokens <= 800, "the context alone, query-agnostic"
-    assert stats.kept == tuple((64, 64, 64) for _ in range(30))
+    counts = [count for layer in stats.kept for count in layer]
+    assert sum(counts) == 30 * 3 * 64 and len(set(counts)) > 1, "KVzip's one threshold: 64 per head on average"
     alone = pipe(context, question=questions[1], method=preset("lore_kv", 64), max_new_tokens=12)
     assert alone["answer"] == out["answers"][1], "one compression for both questions answers as one for each"
 

@@ -36,7 +36,7 @@ CELLS = 1 + 2 * 2
 
 
 def tiny_loader(name, grid):
-    return tiny_llama(layers=2).float(), word_tokenizer()
+    return tiny_llama(layers=2, context=1024).float(), word_tokenizer()  # a reconstruction doubles the positions
 
 
 def test_file_tasks_run_every_cell_once_and_report_the_suite_averages(tmp_path) -> None:
