@@ -8,12 +8,13 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from lorekv.tensorfiles import atomic_replace
 
 PACKAGES = ("torch", "transformers", "numpy", "pydantic", "accelerate", "lorekv")
 """The packages whose versions a run records."""
@@ -78,31 +79,11 @@ def atomic_write_text(path: Path, text: str) -> None:
 
     The new file gets the permissions of the process's umask, like a file opened for writing.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    try:
-        with os.fdopen(fd, "w") as f:
+
+    def write(temporary: str) -> None:
+        with open(temporary, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_directory(path.parent)
 
-
-def fsync_directory(path: Path) -> None:
-    """Flush a folder's entries to disk (a new or renamed file survives a power loss)."""
-    directory = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    atomic_replace(path, write)

@@ -14,7 +14,7 @@ import pytest
 import lorekv
 
 PACKAGE = Path(lorekv.__file__).parent
-CONTRACTS = ("registry", "trajectories", "scores", "validation", "token_rules", "compiling")
+CONTRACTS = ("registry", "trajectories", "scores", "validation", "token_rules", "compiling", "tensorfiles")
 FAMILIES = ("samplers", "scorers", "aggregators", "policies")
 BINDING = ("hf", "models")
 # The text pipeline is a transformers Pipeline subclass that builds a lorekv Pipeline: it needs both.
@@ -27,10 +27,11 @@ ALLOWED = {
     "models": {"models"},
     "pipeline": {"contracts", "families", "hf", "pipeline"},
     "presets": {"pipeline", "presets"},
-    "runfiles": {"runfiles"},
+    "runfiles": {"contracts", "runfiles"},
     "text_generation": {"contracts", "families", "hf", "models", "pipeline", "presets", "text_generation"},
     # Registers the text pipeline when transformers' pipelines load; imports nothing at import time.
     "autoregister": {"text_generation", "autoregister"},
+    "distill": {"contracts", "hf", "distill"},
     "eval": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval"},
     "cost": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval", "cost"},
     "cli": {

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from lorekv.runfiles import atomic_write_text, fsync_directory
+from lorekv.runfiles import atomic_write_text
+from lorekv.tensorfiles import fsync_directory
 from lorekv.validation import describe
 
 

@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel
 
 from lorekv.hf.cache import PositionedCache
 from lorekv.hf.compressed import CompressedCache, CompressionStats
 from lorekv.hf.introspection import attention_modules
 from lorekv.scores import Selection
+from lorekv.tensorfiles import read_tensor_file, write_tensor_file
 
 FORMAT = "lorekv.compressed-cache/1"
 """The format name and version written into every file's metadata."""
@@ -55,17 +52,24 @@ def _compute_fields(config: Any) -> Any:
     return config
 
 
-def model_fingerprint(model: PreTrainedModel) -> str:
+def model_fingerprint(model: PreTrainedModel, *, dtype: bool = True) -> str:
     """A SHA-256 of what makes a model's keys and values what they are: its class, its config
     (fields that change nothing in them left out), and every parameter's name, shape, dtype and
     :data:`SAMPLES` of its values. Cheap (no pass over the weights); two models that differ in any
-    weight almost surely differ in the samples of a random or trained model."""
+    weight almost surely differ in the samples of a random or trained model.
+
+    ``dtype=False``: the same weights in any floating dtype share the fingerprint (the dtype is
+    left out and the samples are rounded to bfloat16 first), for what does not depend on it (a
+    fitted surrogate scorer); a cache's keys do, so a compressed cache keeps the default."""
     config = _compute_fields(model.config.to_dict())
     digest = hashlib.sha256(json.dumps([type(model).__name__, config], sort_keys=True, default=str).encode())
     for name, parameter in model.named_parameters():
         flat = parameter.detach().reshape(-1)
-        digest.update(f"{name}:{tuple(parameter.shape)}:{parameter.dtype}".encode())
-        digest.update(flat[spaced(flat.numel(), SAMPLES).to(flat.device)].double().cpu().numpy().tobytes())
+        samples = flat[spaced(flat.numel(), SAMPLES).to(flat.device)]
+        if not dtype and samples.is_floating_point():
+            samples = samples.to(torch.bfloat16)
+        digest.update(f"{name}:{tuple(parameter.shape)}{f':{parameter.dtype}' if dtype else ''}".encode())
+        digest.update(samples.double().cpu().numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -74,15 +78,6 @@ def spaced(size: int, count: int) -> torch.Tensor:
     included; integer arithmetic, exact at any size (float spacing rounds past 2**24)."""
     count = min(count, size)
     return torch.arange(count) * (size - 1) // max(count - 1, 1)
-
-
-def _tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
-    digest = hashlib.sha256()
-    for key in sorted(tensors):
-        tensor = tensors[key].contiguous().cpu()
-        digest.update(f"{key}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return digest.hexdigest()
 
 
 def save_compressed(compressed: CompressedCache, path: str | Path, model: PreTrainedModel) -> Path:
@@ -110,7 +105,6 @@ def save_compressed(compressed: CompressedCache, path: str | Path, model: PreTra
     for r, selection in enumerate(compressed.selections):
         tensors[f"rows.{r}.kept"] = selection.mask()
         selections.append({"layer_indices": list(selection.layer_indices), "num_tokens": selection.num_tokens})
-    tensors = {key: value.detach().contiguous().cpu() for key, value in tensors.items()}
     meta = {
         "format": FORMAT,
         "model": model_fingerprint(model),
@@ -119,21 +113,8 @@ def save_compressed(compressed: CompressedCache, path: str | Path, model: PreTra
         "selections": selections,
         "row_stats": [stats.to_dict() for stats in compressed.row_stats],
         "method": compressed.method,
-        "sha256": _tensors_digest(tensors),
     }
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        save_file(tensors, temporary, metadata={"lorekv": json.dumps(meta)})
-        os.chmod(temporary, 0o666 & ~umask)  # as a file opened for writing would be, not mkstemp's 0600
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-    return path
+    return write_tensor_file(path, tensors, meta)
 
 
 def load_compressed(path: str | Path, model: PreTrainedModel) -> CompressedCache:
@@ -148,23 +129,8 @@ def load_compressed(path: str | Path, model: PreTrainedModel) -> CompressedCache
     from lorekv.hf.attention import prepare
 
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: no such compressed cache file")
-    try:
-        with safe_open(path, framework="pt") as handle:
-            meta = json.loads((handle.metadata() or {})["lorekv"])
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"{path}: format {meta.get('format')!r}, this lorekv reads {FORMAT!r}")
-        missing = {"model", "sha256", "start", "layers", "selections", "row_stats", "method"} - set(meta)
-        if missing:
-            raise KeyError(f"metadata without {sorted(missing)}")
-        tensors = load_file(path)
-    except (SafetensorError, OSError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as error:
-        raise ValueError(
-            f"{path}: not a readable lorekv compressed cache (damaged, or another kind of file): {error}"
-        ) from None
-    if _tensors_digest(tensors) != meta["sha256"]:
-        raise ValueError(f"{path}: damaged: its tensors do not match the checksum written with them")
+    required = {"model", "start", "layers", "selections", "row_stats", "method"}
+    tensors, meta = read_tensor_file(path, FORMAT, required, "compressed cache")
     ours = model_fingerprint(model)
     if meta["model"] != ours:
         raise ValueError(
