@@ -446,8 +446,8 @@ class Pipeline:
         every row's futures drawn together, then each row scored and selected on its own (its
         budget over its own candidates, padding never a candidate), giving the same kept set
         as compressing the row alone; the cache holds every row (ragged across rows and heads).
-        ``query_aware=False`` compresses a context before its question, with the ``agnostic_``
-        parts where there are (:meth:`for_mode`).
+        ``query_aware=False`` compresses a context before its question, with the pipeline's
+        ``agnostic_`` parts where it has them (:meth:`for_mode`).
         ``tokenizer`` is handed to the sampler through the rollout; only samplers that feed
         text of their own need it (``kvzip``'s repeat instruction, ``questions``' instruction),
         the others ignore it. ``answer_tokens``: positions the caller will feed after the
