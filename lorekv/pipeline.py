@@ -395,15 +395,7 @@ class Pipeline:
         and the positions the futures and the ``extra`` question/answer tokens need (both start
         at each prompt's end; ``extra``: one count for every row, or one per row), before any
         model work; an error names the row. Returns each row's real token count."""
-        if (mode := self.for_mode(query_aware)) is not self:
-            return mode.check_input(
-                model,
-                input_ids,
-                attention_mask=attention_mask,
-                query_aware=query_aware,
-                extra=extra,
-                tokenizer=tokenizer,
-            )
+        mode = self.for_mode(query_aware)
         minimum = 2 if query_aware else 1
         lengths = check_batch(model, input_ids, attention_mask, min_length=minimum)
         extras = [int(extra)] * len(lengths) if isinstance(extra, numbers.Integral) else list(extra)
@@ -412,7 +404,7 @@ class Pipeline:
                 f"extra (answer_tokens) must give one count for every row or one per row ({len(lengths)}), "
                 f"got {len(extras)}"
             )
-        sampler = self.sampler
+        sampler = mode.sampler
         window = sampler.prefill_window
         tail = 1 if query_aware else 0
         width = input_ids.shape[1]
@@ -421,7 +413,7 @@ class Pipeline:
             try:
                 if window != "all" and window > n:
                     raise ValueError(f"window must be <= the prompt length {n}, got {window}")
-                self.policy.check_budget(n - tail, tail)
+                mode.policy.check_budget(n - tail, tail)
                 future = sampler.future_positions(input_ids[row : row + 1, width - n :], tokenizer)
                 check_context(model, n, future, f"{sampler.config.name} future")
                 check_context(model, n, fed, "question/answer")
@@ -454,15 +446,6 @@ class Pipeline:
         prompt (question and answer; one count for every row, or one per row), checked with the
         futures against the model's context before any work.
         """
-        if (mode := self.for_mode(query_aware)) is not self:
-            return mode.compress(
-                model,
-                input_ids,
-                attention_mask=attention_mask,
-                query_aware=query_aware,
-                tokenizer=tokenizer,
-                answer_tokens=answer_tokens,
-            )
         lengths = self.check_input(
             model,
             input_ids,
@@ -471,24 +454,24 @@ class Pipeline:
             extra=answer_tokens,
             tokenizer=tokenizer,
         )
-        sampler = self.sampler
+        mode = self.for_mode(query_aware)
         timer = PhaseTimer(input_ids.device)
         with timer.phase("prefill"):
             batch = prefill(
                 model,
                 input_ids,
-                [sampler],
+                [mode.sampler],
                 lengths=lengths,
                 query_aware=query_aware,
                 tokenizer=tokenizer,
                 compile=self.compile,
-                query_norms=self.scorer.needs_query_norms,
+                query_norms=mode.scorer.needs_query_norms,
             )
         with timer.phase("sampling"):
-            futures = sampler.futures_batch(batch)
+            futures = mode.sampler.futures_batch(batch)
         with timer.phase("scoring"):
-            scored = [self.score(t, row.candidates) for t, row in zip(futures, batch.rows, strict=True)]
-        compressed = self.select_rows(batch.rows, scored, seconds=timer.seconds)
+            scored = [mode.score(t, row.candidates) for t, row in zip(futures, batch.rows, strict=True)]
+        compressed = mode.select_rows(batch.rows, scored, seconds=timer.seconds)
         compressed.method = self.config.for_mode(query_aware).model_dump(mode="json")
         return compressed
 

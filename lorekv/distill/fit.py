@@ -83,6 +83,11 @@ def _check_pairs(states: torch.Tensor, scores: torch.Tensor, layers: Sequence[in
         raise ValueError("states and scores must be finite (take the log of positive scores, not of zeros)")
 
 
+def _check_non_negative(name: str, value: float) -> None:
+    if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
 def ridge(states: torch.Tensor, scores: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(G, D) W and (G,) b minimising ||X Wᵀ + b - Y||² + alpha ||W||² for X (N, D), Y (N, G):
     with centred X̃ = X - x̄, Ỹ = Y - ȳ, (X̃ᵀX̃ + alpha I) Wᵀ = X̃ᵀỸ and b = ȳ - W x̄ (the
@@ -106,8 +111,7 @@ def fit_linear(
         alpha: the ridge penalty (>= 0; 0 is least squares, which needs N > D).
     """
     _check_pairs(states, scores, layers)
-    if not (isinstance(alpha, int | float) and math.isfinite(alpha) and alpha >= 0):
-        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
+    _check_non_negative("alpha", alpha)
     surrogate = SurrogateMap(layers, states.shape[2], scores.shape[2]).to(states.dtype)
     with torch.no_grad():
         for i, module in enumerate(surrogate.maps):
@@ -138,9 +142,8 @@ def fit_mlp(
     _check_pairs(states, scores, layers)
     for name, value in (("hidden_dim", hidden_dim), ("epochs", epochs), ("batch_size", batch_size)):
         check_int_at_least(name, value, 1)
-    for name, value in (("lr", lr), ("weight_decay", weight_decay)):
-        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    _check_non_negative("lr", lr)
+    _check_non_negative("weight_decay", weight_decay)
     generator = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
