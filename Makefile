@@ -56,6 +56,23 @@ leaderboard: $(STAMP)
 site-check: $(STAMP)
 	$(BIN)/python tools/site_check.py --screenshots screenshots/site
 
+# The fitted surrogates that ship with lorekv (lorekv/surrogates/*.safetensors), from their committed
+# configs beside them: the teacher's scores on shipped calibration texts, then the fit (about 7 min
+# each on 2 CPU cores; resumable, the recordings kept in *.parts/ until the fit is written).
+SURROGATES := $(patsubst %.yaml,%.safetensors,$(wildcard lorekv/surrogates/*.yaml))
+.PHONY: surrogates
+surrogates: $(STAMP)
+	for config in lorekv/surrogates/*.yaml; do \
+		$(BIN)/lorekv distill $$config --out $${config%.yaml}.safetensors || exit 1; \
+		rm -rf $${config%.yaml}.safetensors.parts; \
+	done
+
+# Rebuild every shipped surrogate from scratch in a temporary folder and compare it with the shipped
+# file (not in CI: the whole recording, about 7 min a file on 2 cores).
+.PHONY: surrogates-check
+surrogates-check: $(STAMP)
+	LOREKV_REBUILD_SURROGATES=1 $(BIN)/python -m pytest tests/integration/test_surrogates.py -k rebuilding
+
 clean:
 	rm -rf $(VENV) site .pytest_cache .hypothesis
 

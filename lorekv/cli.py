@@ -1,4 +1,5 @@
-"""The ``lorekv`` command line: the demo, generation from a config, evaluation grids, reports, the cost benchmark."""
+"""The ``lorekv`` command line: the demo, generation from a config, evaluation grids, reports, the cost
+benchmark, surrogate fits."""
 
 import functools
 import json
@@ -400,6 +401,46 @@ def bench(
     results = run_bench(config, log=lambda line: typer.echo(line, err=True))
     typer.echo(render(results), nl=False)
     typer.echo(f"\nWrote {write_results(results, out)}")
+
+
+@app.command()
+@_guarded
+def distill(
+    config: Annotated[
+        Path | None, typer.Argument(help="A distill YAML (lorekv/surrogates/*.yaml are the shipped fits').")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="The surrogate file to write (.safetensors).")] = Path(
+        "surrogate.safetensors"
+    ),
+    teacher: Annotated[
+        str | None, typer.Option(help="Teacher: a preset's name or a pipeline YAML (default: the config's, lore_kv).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Bundled name, local directory or .gguf file.")] = None,
+    kind: Annotated[str | None, typer.Option(help="linear (ridge) or mlp.")] = None,
+    set_: SetOpt = None,
+) -> None:
+    """Fit a surrogate scorer: run a teacher pipeline over calibration contexts, fit a per-layer map from each
+    token's hidden state to the log of its teacher score, write it with its provenance and held-out figures.
+
+    Resumable: finished contexts are kept in <out>.parts/ and read back by a rerun with the same settings."""
+    from lorekv.distill.run import DistillConfig
+    from lorekv.distill.run import distill as run_distill
+    from lorekv.hf import prepare
+
+    fields = {} if config is None else DistillConfig.from_file(config).model_dump()
+    chosen = {"teacher": teacher, "model": model, "kind": kind}
+    fields.update({key: value for key, value in chosen.items() if value is not None})
+    for path, value in _overrides(set_).items():
+        target = fields
+        *parents, last = path.split(".")
+        for key in parents:
+            target = target.setdefault(key, {})
+        target[last] = value
+    settings = DistillConfig.model_validate(fields)
+    settings.teacher_config()  # a bad teacher is refused before the model loads
+    loaded, tokenizer = _load(settings.model)
+    prepare(loaded)
+    run_distill(settings, out, loaded, tokenizer, log=lambda line: typer.echo(line, err=True))
 
 
 @app.command(name="gpu-check")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -63,6 +63,7 @@ from lorekv.hf import (
     PositionedCache,
     check_batch,
     check_context,
+    check_fitted_for,
     check_generate_options,
     check_supported,
     decode_batch,
@@ -266,6 +267,7 @@ def prefill(
     tokenizer: PreTrainedTokenizerBase | None = None,
     compile: bool = False,
     query_norms: bool = False,
+    state_maps: Mapping[str, Callable[[int, torch.Tensor], torch.Tensor]] | None = None,
 ) -> BatchRollout:
     """The prompts ``input_ids`` (b, N), left-padded, prefilled once for every sampler in ``samplers``.
 
@@ -275,7 +277,9 @@ def prefill(
     first n_i - 1 tokens query-aware (the last is re-fed through the compressed cache), all n_i
     otherwise. ``lengths`` (the real token counts, from :func:`check_batch`) spare a second read
     of ``attention_mask``. ``query_norms``: the captures record their queries' hidden-state norms
-    (a scorer that reads them, KVzip+, needs it). Nothing is checked here: validate with
+    (a scorer that reads them, KVzip+, needs it). ``state_maps``: what the prefill records of
+    every prompt token's hidden state (the scorers' :attr:`~lorekv.scorers.base.Scorer.state_maps`,
+    a fitted surrogate's predictions). Nothing is checked here: validate with
     :meth:`Pipeline.check_input` first.
     """
     windows = [sampler.prefill_window for sampler in samplers]
@@ -296,6 +300,7 @@ def prefill(
         stats_window=max(ints, default=0),
         compile=compile,
         query_norms=query_norms,
+        state_maps=state_maps,
     )
 
 
@@ -396,6 +401,8 @@ class Pipeline:
         at each prompt's end; ``extra``: one count for every row, or one per row), before any
         model work; an error names the row. Returns each row's real token count."""
         mode = self.for_mode(query_aware)
+        if mode.scorer.fitted_for is not None:
+            check_fitted_for(mode.scorer.fitted_for, model, f"the {mode.scorer.config.name} scorer's file")
         minimum = 2 if query_aware else 1
         lengths = check_batch(model, input_ids, attention_mask, min_length=minimum)
         extras = [int(extra)] * len(lengths) if isinstance(extra, numbers.Integral) else list(extra)
@@ -466,6 +473,7 @@ class Pipeline:
                 tokenizer=tokenizer,
                 compile=self.compile,
                 query_norms=mode.scorer.needs_query_norms,
+                state_maps=mode.scorer.state_maps,
             )
         with timer.phase("sampling"):
             futures = mode.sampler.futures_batch(batch)
@@ -496,6 +504,7 @@ class Pipeline:
             tokenizer=tokenizer,
             compile=self.compile,
             query_norms=mode.scorer.needs_query_norms,
+            state_maps=mode.scorer.state_maps,
         )
 
     def score(self, trajectories: Trajectories, candidates: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -434,6 +434,64 @@ def expected_attention(budget: int, horizon: int = 512, sink: int = 4) -> Pipeli
     )
 
 
+SMOLLM2 = "smollm2-135m-instruct"
+"""The bundled model whose fitted surrogates ship with lorekv (``lorekv/surrogates``)."""
+
+
+def kvzap(
+    budget: int, surrogate: str = f"{SMOLLM2}.kvzip_plus", threshold: float = -4.0, window: int = 128
+) -> PipelineConfig:
+    """KVzap: a fitted map predicts each token's log KVzip+ score from its hidden state; keep above a threshold.
+
+    Pruned below the threshold outside a recent window, at the cost of the prefill.
+
+    "KVzap: Fast, Adaptive, and Faithful KV Cache Pruning", https://arxiv.org/abs/2601.07891
+    (kvpress's ``KVzapPress`` inside a ``ThresholdPress``). As the paper: the ``surrogate``
+    scorer applies a fitted map to the hidden state entering each layer's attention (after its
+    input norm), predicting the log of the ``kvzip_plus`` preset's score per KV head (the
+    reconstruction's attention divided by ||h||, times ||W_o v||, max over queries and the
+    group's heads); a token is kept where its prediction is >= ``threshold`` (-4, the paper's
+    example), and the last ``window`` (128) prompt tokens always (``threshold`` policy). The
+    sampler is the cheapest (a one-query prompt window): the score needs no futures. The shipped
+    ``surrogate`` is the linear map fitted for the bundled SmolLM2-135M-Instruct by
+    ``make surrogates`` (another model: fit one with ``lorekv distill --teacher kvzip_plus``;
+    the pipeline refuses a file of another model). Differs: the budget B caps the entries kept
+    (L * G * B in all, the highest predictions; KVzap has no cap), so that the cache is bounded
+    and runs compare at a stated budget; the map is fitted by lorekv on its own calibration
+    texts (KVzap's on Nemotron pretraining samples, with NVIDIA's weights on the hub).
+    """
+    return PipelineConfig(
+        sampler={"name": "prompt_window", "window": 1},
+        scorer={"name": "surrogate", "file": surrogate},
+        aggregator={"name": "mean"},
+        policy={"name": "threshold", "budget": budget, "threshold": threshold, "recent": window},
+    )
+
+
+def lore_kv_fast(budget: int, surrogate: str = f"{SMOLLM2}.lore_kv") -> PipelineConfig:
+    """LORE-KV at the cost of a prefill: a fitted map predicts the ``lore_kv`` preset's query-agnostic scores.
+
+    The map reads each token's hidden state.
+
+    LORE-KV ("Monte Carlo Estimation for KV Cache Eviction", https://arxiv.org/abs/2610.07643)
+    distilled as KVzap (https://arxiv.org/abs/2601.07891) distils KVzip+: ``lorekv distill``
+    runs the teacher (``preset("lore_kv", B)`` compressing a context before its question: its
+    reconstruction futures scored by attention mass, see ``lore_kv``), fits per layer a map
+    from the hidden state entering the attention to the log of the teacher's score per KV head,
+    and the ``surrogate`` scorer applies it during the prefill; the teacher's allocation, one
+    ``global`` threshold over every layer and KV head keeping L * G * B entries. The shipped
+    ``surrogate`` is fitted for the bundled SmolLM2-135M-Instruct (``make surrogates``); for
+    another model, ``lorekv distill`` fits one in minutes. The same in both modes (the score
+    reads no question). Not in either paper.
+    """
+    return PipelineConfig(
+        sampler={"name": "prompt_window", "window": 1},
+        scorer={"name": "surrogate", "file": surrogate},
+        aggregator={"name": "mean"},
+        policy={"name": "global", "budget": budget},
+    )
+
+
 PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "lore_kv": lore_kv,
     "lore_kv_agnostic": lore_kv_agnostic,
@@ -451,6 +509,8 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "knorm": knorm,
     "random": random,
     "expected_attention": expected_attention,
+    "kvzap": kvzap,
+    "lore_kv_fast": lore_kv_fast,
 }
 
 
@@ -471,6 +531,8 @@ PAPERS: dict[str, str | None] = {
     "knorm": "https://arxiv.org/abs/2406.11430",
     "random": None,
     "expected_attention": "https://arxiv.org/abs/2510.00636",
+    "kvzap": "https://arxiv.org/abs/2601.07891",
+    "lore_kv_fast": "https://arxiv.org/abs/2610.07643",
 }
 """The paper each preset implements (its docstring cites it), None for lorekv's own variants and baselines."""
 

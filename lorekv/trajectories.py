@@ -8,8 +8,8 @@ teacher-forced futures, 0 for the prompt-window control), d head dim, D hidden s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -62,6 +62,10 @@ class LayerCapture:
             the prompt causally (``visible_spans`` None: then all of it), the own part wherever
             they see their own keys causally (the pass's rule); code that changes which keys a
             query sees, or its response keys, sets it to None.
+        prompt_features: name -> (n, F) what the prefill recorded of each prompt token's hidden
+            state entering this layer's attention, by the map of that name (a scorer's
+            :attr:`~lorekv.scorers.base.Scorer.state_maps`, e.g. a fitted surrogate's
+            predictions); empty when nothing was asked.
     """
 
     layer_idx: int
@@ -77,6 +81,7 @@ class LayerCapture:
     rotary: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
     query_norms: torch.Tensor | None = None
     lse: torch.Tensor | None = None
+    prompt_features: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         m, h, t, d = self.queries.shape
@@ -96,6 +101,8 @@ class LayerCapture:
             check_shape("query_norms", self.query_norms, (m, t))
         if self.lse is not None:
             check_shape("lse", self.lse, (m, h, t, 2))
+        for name, features in self.prompt_features.items():
+            check_shape(f"prompt_features[{name!r}]", features, (n, None))
 
     @property
     def num_futures(self) -> int:

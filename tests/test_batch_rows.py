@@ -20,12 +20,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+from typing import Any
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_models import CharTokenizer, random_ids, tiny_gemma3, tiny_llama
+from tiny_models import CharTokenizer, random_ids, surrogate_for, tiny_gemma3, tiny_llama
 
 from lorekv.hf import PADDING, CompressedCache, Generation, decode, decode_batch, left_pad, prepare
 from lorekv.pipeline import Pipeline
@@ -60,13 +61,16 @@ def models() -> dict[str, torch.nn.Module]:
     return {"llama": prepare(tiny_llama(81, layers=2)), "gemma3": prepare(tiny_gemma3(82, window=SLIDING))}
 
 
-def options(name: str) -> dict[str, int]:
+def options(name: str, arch: str) -> dict[str, Any]:
     parameters = inspect.signature(PRESETS[name]).parameters
-    return {key: value for key, value in OPTIONS.items() if key in parameters}
+    chosen: dict[str, Any] = {key: value for key, value in OPTIONS.items() if key in parameters}
+    if "surrogate" in parameters:  # a fitted file is refused by every other model
+        chosen["surrogate"] = surrogate_for(models()[arch])
+    return chosen
 
 
-def pipeline(name: str, budget: int) -> Pipeline:
-    return Pipeline.from_config(preset(name, budget, **options(name)))
+def pipeline(name: str, budget: int, arch: str = "llama") -> Pipeline:
+    return Pipeline.from_config(preset(name, budget, **options(name, arch)))
 
 
 @functools.cache
@@ -118,6 +122,10 @@ def assert_same(got: object, want: object, where: str) -> None:
     elif callable(want):  # the rotary tables: the same on a few positions
         assert callable(got), where
         assert_same(got(torch.arange(4)), want(torch.arange(4)), f"{where}(positions)")
+    elif isinstance(want, dict):  # the prompt features, by name
+        assert isinstance(got, dict) and got.keys() == want.keys(), f"{where}: names"
+        for name in want:
+            assert_same(got[name], want[name], f"{where}[{name!r}]")
     elif isinstance(want, tuple):
         assert isinstance(got, tuple) and len(got) == len(want), f"{where}: length"
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -247,7 +255,7 @@ def test_every_preset_answers_each_edge_row_as_alone(arch: str, name: str, mode:
     shortest = shortest_row(name, query_aware)
     lengths = [LONGEST, shortest, SLIDING + 1, SLIDING]
     budget = max(smallest_budget(name), SLIDING + 1)
-    method = pipeline(name, budget)
+    method = pipeline(name, budget, arch)
     questions = None if query_aware else questions_of([1, 3, 2, 4], seed=300)
     first = assert_rows_answer_as_alone(models()[arch], method, rows_of(lengths, 100), query_aware, questions, (2, 1))
     assert min((first[0] - f).abs().max() for f in first[1:]) > 1e-3, "rows differ: the comparison can fail"
@@ -274,12 +282,13 @@ def test_drawn_batches_answer_row_by_row_as_alone(name: str, data: st.DataObject
     mode = data.draw(st.sampled_from(sorted(MODES)), label="mode")
     query_aware = MODES[mode]
     lengths = data.draw(edge_lengths(shortest_row(name, query_aware)), label="lengths")
-    budget = data.draw(st.integers(smallest_budget(name), max(lengths) + 2), label="budget")
+    smallest = smallest_budget(name)
+    budget = data.draw(st.integers(smallest, max(smallest, max(lengths) + 2)), label="budget")
     widths = data.draw(st.lists(st.integers(1, 4), min_size=len(lengths), max_size=len(lengths)), label="questions")
     questions = None if query_aware else questions_of(widths, 7)
     eos_at = data.draw(st.none() | st.tuples(st.integers(0, 3), st.integers(0, ANSWER - 1)), label="eos at")
     rows = rows_of(lengths, data.draw(st.integers(0, 10**6), label="seed"))
-    assert_rows_answer_as_alone(models()[arch], pipeline(name, budget), rows, query_aware, questions, eos_at)
+    assert_rows_answer_as_alone(models()[arch], pipeline(name, budget, arch), rows, query_aware, questions, eos_at)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -291,7 +300,7 @@ def test_a_batch_is_refused_exactly_when_one_of_its_rows_alone_is(name: str, dat
     model = models()["gemma3"]
     query_aware = data.draw(st.booleans(), label="query_aware")
     lengths = data.draw(st.lists(st.integers(1, 2 * WINDOW + 1), min_size=2, max_size=4), label="lengths")
-    method = pipeline(name, smallest_budget(name))
+    method = pipeline(name, smallest_budget(name), "gemma3")
     rows = rows_of(lengths, 5)
     named = []
     for i, row in enumerate(rows):
@@ -337,10 +346,11 @@ def test_model_generate_continues_each_row_of_a_compressed_batch_as_alone(data: 
     name = data.draw(st.sampled_from(sorted(PRESETS)), label="preset")
     query_aware = MODES[data.draw(st.sampled_from(sorted(MODES)), label="mode")]
     lengths = data.draw(edge_lengths(shortest_row(name, query_aware)), label="lengths")
-    budget = data.draw(st.integers(smallest_budget(name), max(lengths) + 2), label="budget")
+    smallest = smallest_budget(name)
+    budget = data.draw(st.integers(smallest, max(smallest, max(lengths) + 2)), label="budget")
     widths = data.draw(st.lists(st.integers(1, 5), min_size=len(lengths), max_size=len(lengths)), label="questions")
     new = data.draw(st.integers(1, 4), label="max_new_tokens")
-    model, method = models()[arch], pipeline(name, budget)
+    model, method = models()[arch], pipeline(name, budget, arch)
     rows = rows_of(lengths, data.draw(st.integers(0, 10**6), label="seed"))
     questions = None if query_aware else questions_of(widths, 13)
     ids, mask, alone_inputs = batch_inputs(rows, questions)

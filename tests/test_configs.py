@@ -71,3 +71,17 @@ def test_every_shipped_grid_parses_and_builds_every_cell(path: Path) -> None:
     grid = GridConfig.from_file(path)  # builds every method at every budget
     assert grid.name == path.stem
     assert GridConfig.model_validate(grid.model_dump(mode="json")) == grid
+
+
+DISTILLS = sorted((ROOT / "lorekv" / "surrogates").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", DISTILLS, ids=lambda p: p.name)
+def test_every_shipped_distill_config_parses_and_names_its_file(path: Path) -> None:
+    from lorekv.distill.run import DistillConfig
+    from lorekv.scorers.surrogate import shipped_surrogates
+
+    config = DistillConfig.from_file(path)
+    config.teacher_config()  # the teacher builds
+    assert path.stem.split(".")[-1] == config.teacher, "<model>.<teacher>.yaml"
+    assert path.stem in shipped_surrogates(), "each config's fit ships beside it (make surrogates)"

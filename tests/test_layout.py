@@ -31,7 +31,8 @@ ALLOWED = {
     "text_generation": {"contracts", "families", "hf", "models", "pipeline", "presets", "text_generation"},
     # Registers the text pipeline when transformers' pipelines load; imports nothing at import time.
     "autoregister": {"text_generation", "autoregister"},
-    "distill": {"contracts", "hf", "distill"},
+    # Fits a surrogate on a teacher pipeline's scores over calibration texts (the task families, suite files).
+    "distill": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval", "distill"},
     "eval": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval"},
     "cost": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval", "cost"},
     "cli": {
@@ -45,6 +46,7 @@ ALLOWED = {
         "text_generation",
         "eval",
         "cost",
+        "distill",
         "cli",
     },
     "root": {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import VOCAB, CharTokenizer, random_ids, tiny_gemma3, tiny_llama
+from tiny_models import VOCAB, CharTokenizer, random_ids, surrogate_for, tiny_gemma3, tiny_llama
 from transformers import DynamicCache
 
 from lorekv.hf.attention import forward, prepare
@@ -335,7 +335,11 @@ def test_every_preset_compresses_to_its_budget(name: str) -> None:
 
     model = tiny_llama(10, layers=2)
     parameters = inspect.signature(PRESETS[name]).parameters
-    options = {key: 4 for key in ("window", "draft_window") if key in parameters}
+    options: dict[str, object] = {key: 4 for key in ("window", "draft_window") if key in parameters}
+    if "surrogate" in parameters:
+        options["surrogate"] = surrogate_for(model)
+    if "threshold" in parameters:  # every token passes: the budget caps the total (kvzap)
+        options["threshold"] = -1e30
     pipeline = Pipeline.from_config(preset(name, 12, **options))
     compressed = pipeline.compress(model, random_ids(48, seed=15), tokenizer=CharTokenizer())  # kvzip needs one
     counts = compressed.selection.counts()

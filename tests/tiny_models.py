@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
@@ -78,3 +80,28 @@ def word_tokenizer():
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>")
+
+
+def surrogate_for(model: torch.nn.Module, seed: int = 0) -> str:
+    """The path of a random linear surrogate fitted for ``model`` (a file with the model's
+    fingerprint, in a temporary folder of this process, written once per model and seed): what the
+    ``surrogate`` scorer and the presets built on it need to run on a tiny model."""
+    from lorekv.distill import FitReport, Surrogate, save_surrogate
+    from lorekv.hf import evictable_layers, model_fingerprint
+    from lorekv.scorers.surrogate import SurrogateMap
+
+    key = (model_fingerprint(model, dtype=False), seed)
+    if key not in _SURROGATES:
+        config = model.config.get_text_config()
+        layers = sorted(evictable_layers(model))
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            net = SurrogateMap(layers, config.hidden_size, config.num_key_value_heads)
+        folder = Path(tempfile.mkdtemp(prefix="lorekv-surrogates-"))
+        report = FitReport(0, ())
+        path = save_surrogate(Surrogate(net, {}, [], report), folder / f"{key[0][:12]}-{seed}.safetensors", model)
+        _SURROGATES[key] = str(path)
+    return _SURROGATES[key]
+
+
+_SURROGATES: dict[tuple[str, int], str] = {}

@@ -17,25 +17,32 @@ a published architecture with random weights (``--layers``, ``--width`` shrink i
 ``lorekv bench``): cost at its shapes, not accuracy; its contexts are random token ids and the
 text the methods feed (KVzip's repeat instruction, the question futures' prompt) is tokenized
 with the bundled SmolLM2 tokenizer, whose ids lie inside the architecture's vocabulary (the cost
-depends on the lengths only). ``--lengths``: several context lengths, for the growth with n.
+depends on the lengths only); a method with the ``surrogate`` scorer (``kvzap``, ``lore_kv_fast``)
+gets a random linear map fitted for it (the cost of the map, not its accuracy). ``--lengths``:
+several context lengths, for the growth with n.
+
+    python tools/agnostic_cost.py --model random:llama-3.1-8b --layers 2 --lengths 2048,4096 --methods kvzap,snapkv
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from lorekv.distill import FitReport, Surrogate, save_surrogate
 from lorekv.eval import make_sample
 from lorekv.eval.grid import GridConfig
-from lorekv.hf import reference_prefill_seconds
+from lorekv.hf import evictable_layers, reference_prefill_seconds
 from lorekv.models import load
 from lorekv.models.architectures import random_model, random_name
 from lorekv.pipeline import Pipeline, PipelineConfig
 from lorekv.presets import preset
+from lorekv.scorers.surrogate import SurrogateMap
 
 
 def main() -> None:
@@ -66,6 +73,8 @@ def main() -> None:
     configs = (
         methods(args.grid, args.budget) if args.grid else {m: preset(m, args.budget) for m in args.methods.split(",")}
     )
+    if random_weights:
+        configs = with_random_surrogates(configs, model)
     shape = f" (layers {args.layers}, width divisor {args.width}, random weights)" if random_weights else ""
     print(f"{args.model}{shape}, B = {args.budget}, query-agnostic, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; medians of {args.repeats} runs after a warm-up")  # fmt: skip
@@ -111,6 +120,22 @@ def methods(path: Path, budget: int) -> dict[str, PipelineConfig]:
     """Each method of the grid file at ``path`` but the full cache, at kept-token budget ``budget``."""
     grid = GridConfig.from_file(path)
     return {m.name: m.build(budget, path.parent) for m in grid.methods if not m.is_full}
+
+
+def with_random_surrogates(configs: dict[str, PipelineConfig], model) -> dict[str, PipelineConfig]:
+    """``configs`` with every ``surrogate`` scorer reading a random linear map fitted for ``model``
+    (a random-weight architecture has no fitted file; the map's cost does not depend on its values)."""
+    if not any(config.scorer.name == "surrogate" for config in configs.values()):
+        return configs
+    text = model.config.get_text_config()
+    torch.manual_seed(0)
+    net = SurrogateMap(sorted(evictable_layers(model)), text.hidden_size, text.num_key_value_heads)
+    path = Path(tempfile.mkdtemp(prefix="lorekv-cost-")) / "random.safetensors"
+    save_surrogate(Surrogate(net, {}, [], FitReport(0, ())), path, model)
+    return {
+        name: config.override({"scorer.file": str(path)}) if config.scorer.name == "surrogate" else config
+        for name, config in configs.items()
+    }
 
 
 if __name__ == "__main__":

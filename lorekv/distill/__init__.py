@@ -11,7 +11,8 @@ other.
 """
 
 from lorekv.distill.files import Surrogate, load_surrogate, save_surrogate
-from lorekv.distill.fit import FitReport, LayerFit, SurrogateMap, fit_linear, fit_mlp, held_out_report
+from lorekv.distill.fit import FitReport, LayerFit, fit_linear, fit_mlp, held_out_report
+from lorekv.scorers.surrogate import SurrogateMap
 
 __all__ = [
     "FitReport",

@@ -21,52 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
+from lorekv.scorers.surrogate import SurrogateMap
 from lorekv.validation import check_int_at_least
-
-
-class SurrogateMap(nn.Module):
-    """Per fitted layer l, s_l(h): (..., D) hidden states -> (..., G) predicted scores, one per KV head.
-
-    ``hidden_dim`` None: linear, s_l(h) = W_l h + b_l; else a two-layer MLP of that width,
-    s_l(h) = W₂ GELU(W₁ h + b₁) + b₂ (KVzap's two forms).
-    """
-
-    def __init__(self, layers: Sequence[int], input_dim: int, output_dim: int, hidden_dim: int | None = None) -> None:
-        super().__init__()
-        if not layers or len(set(layers)) != len(layers):
-            raise ValueError(f"layers must list distinct layer indices, at least one, got {list(layers)}")
-        check_int_at_least("input_dim", input_dim, 1)
-        check_int_at_least("output_dim", output_dim, 1)
-        if hidden_dim is not None:
-            check_int_at_least("hidden_dim", hidden_dim, 1)
-        self.layers = tuple(int(layer) for layer in layers)
-        self.input_dim, self.output_dim, self.hidden_dim = input_dim, output_dim, hidden_dim
-
-        def one() -> nn.Module:
-            if hidden_dim is None:
-                return nn.Linear(input_dim, output_dim)
-            return nn.Sequential(nn.Linear(input_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, output_dim))
-
-        self.maps = nn.ModuleList(one() for _ in self.layers)
-
-    @property
-    def kind(self) -> str:
-        """``"linear"`` or ``"mlp"``."""
-        return "linear" if self.hidden_dim is None else "mlp"
-
-    def forward(self, layer: int, states: torch.Tensor) -> torch.Tensor:
-        """(..., G) the predicted scores of layer ``layer``'s tokens from their hidden states (..., D)."""
-        if layer not in self.layers:
-            raise ValueError(f"layer {layer} has no fitted map; this surrogate maps layers {list(self.layers)}")
-        module = self.maps[self.layers.index(layer)]
-        weight = next(module.parameters())
-        return module(states.to(weight.dtype))
-
-    def all_layers(self, states: torch.Tensor) -> torch.Tensor:
-        """(N, L, G) every layer's predictions from (N, L, D) states, layers in :attr:`layers` order."""
-        return torch.stack([self(layer, states[:, i]) for i, layer in enumerate(self.layers)], dim=1)
 
 
 def _check_pairs(states: torch.Tensor, scores: torch.Tensor, layers: Sequence[int]) -> None:

@@ -229,10 +229,12 @@ def run_units(
     with timer.phase("prefill"):
         samplers = [p.sampler for d in distinct for _, p in built[d].values()]
         lengths = [prompts[d].ids.shape[1] for d in distinct]
-        norms = any(p.scorer.needs_query_norms for d in distinct for _, p in built[d].values())
+        scorers = [p.scorer for d in distinct for _, p in built[d].values()]
+        norms = any(scorer.needs_query_norms for scorer in scorers)
+        state_maps = {name: f for scorer in scorers for name, f in scorer.state_maps.items()}
         batch = prefill(
             model, ids, samplers, attention_mask=mask, lengths=lengths, query_aware=query_aware, tokenizer=tokenizer,
-            query_norms=norms,
+            query_norms=norms, state_maps=state_maps,
         )  # fmt: skip
     rollouts = [batch.rows[owner[i]] for i in range(b)]
     floor = reference_prefill_seconds(model, ids, None if len(distinct) == 1 else mask)

@@ -33,10 +33,11 @@ from lorekv.hf.decoding import (
 from lorekv.hf.inputs import check_batch, check_context, check_token_ids, left_pad
 from lorekv.hf.introspection import check_supported, evictable_layers, layer_types, max_positions
 from lorekv.hf.rollout import BatchRollout, ModelRollout
-from lorekv.hf.storage import load_compressed, model_fingerprint, save_compressed
+from lorekv.hf.storage import check_fitted_for, load_compressed, model_fingerprint, save_compressed
 from lorekv.hf.timing import PhaseTimer, now, reference_prefill_seconds
 
 __all__ = [
+    "check_fitted_for",
     "ATTENTION_NAME",
     "PADDING",
     "PhaseTimer",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,7 +38,8 @@ class QueryCapture:
 
     Attributes:
         layers: model layer indices to record.
-        last: record only the last ``last`` queries of each pass (None: all of them).
+        last: record only the last ``last`` queries of each pass (None: all of them; 0: none,
+            a capture kept for its ``state_maps`` alone).
         queries: layer index -> list of (B, H, q', d) tensors, one per pass.
         o_proj: layer index -> (D, H*d) output projection weight.
         scaling: layer index -> softmax scale of q.k.
@@ -55,6 +56,13 @@ class QueryCapture:
             they come: nothing is launched for them inside a decode loop; :meth:`stacked_lse`
             joins them). A scorer that needs a softmax's normaliser reads it instead of
             recomputing every logit (:attr:`lorekv.trajectories.LayerCapture.lse`).
+        state_maps: name -> f(layer index, hidden states (B, q, D)) -> (B, q, F): what a scorer
+            reads of every token's hidden state where it enters the attention module (after the
+            layer's input norm), applied by the attention modules' pre-hook to every token of
+            every pass (not only the last ``last``), so that only its F features per token are
+            kept (a fitted surrogate's predictions; the states themselves, F = D, when fitting
+            one).
+        states: name -> layer index -> list of (B, q, F) tensors, one per pass: the maps' outputs.
     """
 
     layers: frozenset[int]
@@ -65,24 +73,35 @@ class QueryCapture:
     hidden_norms: bool = False
     norms: dict[int, list[torch.Tensor]] = field(default_factory=dict)
     lse: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=dict)
+    state_maps: Mapping[str, Callable[[int, torch.Tensor], torch.Tensor]] = field(default_factory=dict)
+    states: dict[str, dict[int, list[torch.Tensor]]] = field(default_factory=dict)
 
     def record(self, module: torch.nn.Module, query: torch.Tensor, scaling: float) -> None:
         idx = module.layer_idx
         if idx not in self.layers:
+            return
+        self.o_proj[idx] = module.o_proj.weight.detach()
+        self.scaling[idx] = float(scaling)
+        if self.last == 0:
             return
         if self.last is None or query.shape[2] <= self.last:
             q = query.detach()
         else:  # a copy: a view would keep the whole prefill's queries of every layer alive
             q = query[:, :, -self.last :, :].detach().clone()
         self.queries.setdefault(idx, []).append(q)
-        self.o_proj[idx] = module.o_proj.weight.detach()
-        self.scaling[idx] = float(scaling)
 
-    def record_norms(self, module: torch.nn.Module, hidden_states: torch.Tensor) -> None:
+    def record_states(self, module: torch.nn.Module, hidden_states: torch.Tensor) -> None:
+        """Record what is asked of the (B, q, D) hidden states entering layer ``module``'s
+        attention: the norms of the captured queries' (``hidden_norms``), every token's
+        ``state_maps`` features."""
         idx = module.layer_idx
-        if not self.hidden_norms or idx not in self.layers:
+        if idx not in self.layers:
             return
         h = hidden_states.detach()
+        for name, state_map in self.state_maps.items():
+            self.states.setdefault(name, {}).setdefault(idx, []).append(state_map(idx, h))
+        if not self.hidden_norms or self.last == 0:
+            return
         if self.last is not None:
             h = h[:, -self.last :]
         self.norms.setdefault(idx, []).append(
@@ -98,6 +117,10 @@ class QueryCapture:
     def stacked(self, idx: int) -> torch.Tensor:
         """(B, H, q_total, d) the queries of layer ``idx`` across passes, in order."""
         return torch.cat(self.queries[idx], dim=2)
+
+    def stacked_states(self, name: str, idx: int) -> torch.Tensor:
+        """(B, q_total, F) the ``state_maps[name]`` features of layer ``idx``'s tokens across passes."""
+        return torch.cat(self.states[name][idx], dim=1)
 
     def stacked_norms(self, idx: int) -> torch.Tensor | None:
         """(B, q_total) the hidden-state norms of layer ``idx``'s queries across passes; None when
@@ -431,7 +454,7 @@ def prepare(model: PreTrainedModel) -> PreTrainedModel:
     install(model)
     for module in attention_modules(model).values():
         if not getattr(module, _NORM_HOOK, False):
-            module.register_forward_pre_hook(_record_norms, with_kwargs=True)
+            module.register_forward_pre_hook(_record_states, with_kwargs=True)
             setattr(module, _NORM_HOOK, True)
     return model
 
@@ -439,14 +462,17 @@ def prepare(model: PreTrainedModel) -> PreTrainedModel:
 _NORM_HOOK = "_lorekv_norm_hook"
 
 
-def _record_norms(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
-    """Attention pre-hook: the capture in flight records the norms of the hidden states entering it."""
+def _record_states(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+    """Attention pre-hook: the capture in flight records what it asks of the hidden states entering it."""
     current = active_pass()
-    if current is None or current.capture is None or not current.capture.hidden_norms:
+    if current is None or current.capture is None:
+        return
+    capture = current.capture
+    if not capture.hidden_norms and not capture.state_maps:
         return
     hidden_states = kwargs.get("hidden_states", args[0] if args else None)
     if isinstance(hidden_states, torch.Tensor):
-        current.capture.record_norms(module, hidden_states)
+        capture.record_states(module, hidden_states)
 
 
 @contextlib.contextmanager

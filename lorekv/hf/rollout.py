@@ -11,7 +11,7 @@ own cache is never touched by the futures, and their KV is dropped with them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -62,6 +62,10 @@ class BatchRollout:
             (:func:`lorekv.hf.attention.forward`'s ``compile``).
         query_norms: record the hidden-state norm of every captured query
             (:attr:`lorekv.trajectories.LayerCapture.query_norms`, for KVzip+); off by default.
+        state_maps: what the prefill records of every prompt token's hidden state, by name
+            (:attr:`lorekv.hf.attention.QueryCapture.state_maps`; a scorer's
+            :attr:`~lorekv.scorers.base.Scorer.state_maps`): each row's features are its
+            layers' :attr:`~lorekv.trajectories.LayerCapture.prompt_features`.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class BatchRollout:
         stats_window: int | None = None,
         compile: bool = False,
         query_norms: bool = False,
+        state_maps: Mapping[str, Callable[[int, torch.Tensor], torch.Tensor]] | None = None,
     ) -> None:
         b, width = input_ids.shape
         self.lengths = tuple(int(n) for n in lengths)
@@ -95,14 +100,11 @@ class BatchRollout:
         self.tokenizer = tokenizer
         self.pending = pending
         self.prefill_window = prefill_window
-        if prefill_window == "all":
-            self.capture: QueryCapture | None = QueryCapture(self.evict_layers, last=None, hidden_norms=query_norms)
-        else:
-            self.capture = (
-                QueryCapture(self.evict_layers, last=prefill_window, hidden_norms=query_norms)
-                if prefill_window > 0
-                else None
-            )
+        state_maps = dict(state_maps or {})
+        self.capture: QueryCapture | None = None
+        if prefill_window != 0 or state_maps:
+            last = None if prefill_window == "all" else prefill_window
+            self.capture = QueryCapture(self.evict_layers, last=last, hidden_norms=query_norms, state_maps=state_maps)
         self.logits_kept = min(stats_window + 1, width)
         device = input_ids.device
         n = torch.tensor(self.lengths, device=device)
@@ -174,6 +176,7 @@ class ModelRollout:
         stats_window: int | None = None,
         compile: bool = False,
         query_norms: bool = False,
+        state_maps: Mapping[str, Callable[[int, torch.Tensor], torch.Tensor]] | None = None,
     ) -> None:
         n = input_ids.shape[1]
         candidates = n if candidates is None else candidates
@@ -190,6 +193,7 @@ class ModelRollout:
             stats_window=stats_window,
             compile=compile,
             query_norms=query_norms,
+            state_maps=state_maps,
         )
         self.__dict__.update(batch.rows[0].__dict__)
 
@@ -215,6 +219,13 @@ class ModelRollout:
         self.prompt_logits = batch.logits[index, -min(batch.logits_kept, n) :]
         self.last_logits = batch.logits[index : index + 1, -1]
         return self
+
+    def prompt_features(self, idx: int) -> dict[str, torch.Tensor]:
+        """name -> (n, F) the prefill's ``state_maps`` features of this row's prompt tokens at layer ``idx``."""
+        capture = self.batch.capture
+        if capture is None:
+            return {}
+        return {name: capture.stacked_states(name, idx)[self.index, -self.prompt_length :] for name in capture.states}
 
     def positions(self, num_tokens: int) -> torch.Tensor:
         """(T,) the positions n..n+T-1 of a future's tokens, on the model's device."""
@@ -399,6 +410,7 @@ class ModelRollout:
                     rotary=rotary_tables(self.model, idx),
                     query_norms=norms(idx),
                     lse=None if lse is None else lse(idx),
+                    prompt_features=self.prompt_features(idx),
                 )
             )
         return tuple(layers)

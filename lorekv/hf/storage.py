@@ -73,6 +73,17 @@ def model_fingerprint(model: PreTrainedModel, *, dtype: bool = True) -> str:
     return digest.hexdigest()
 
 
+def check_fitted_for(fingerprint: str, model: PreTrainedModel, what: str) -> None:
+    """Raise unless ``fingerprint`` (a fitted file's :func:`model_fingerprint` with ``dtype=False``)
+    is ``model``'s: ``what`` (the file) was fitted for another architecture or other weights."""
+    ours = model_fingerprint(model, dtype=False)
+    if fingerprint != ours:
+        raise ValueError(
+            f"{what}: a surrogate fitted for another model (fingerprint {fingerprint[:12]}..., this model's is "
+            f"{ours[:12]}...): another architecture or other weights; fit one for this model (`lorekv distill`)"
+        )
+
+
 def spaced(size: int, count: int) -> torch.Tensor:
     """(min(count, size),) long: indices evenly spaced over [0, size), the first and the last
     included; integer arithmetic, exact at any size (float spacing rounds past 2**24)."""

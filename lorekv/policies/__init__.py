@@ -1,6 +1,6 @@
 """Policies: who keeps how many tokens?
 
-Importing this package registers ``uniform``, ``per_layer``, ``per_head`` and ``global`` in
+Importing this package registers ``uniform``, ``per_layer``, ``per_head``, ``global`` and ``threshold`` in
 :data:`POLICIES`.
 """
 
@@ -8,6 +8,7 @@ from lorekv.policies.base import POLICIES, Policy, PolicyConfig
 from lorekv.policies.global_threshold import GlobalConfig, GlobalPolicy
 from lorekv.policies.per_head import PerHeadConfig, PerHeadPolicy
 from lorekv.policies.per_layer import PerLayerConfig, PerLayerPolicy, adaptive_budgets, pyramid_budgets
+from lorekv.policies.threshold import ThresholdConfig, ThresholdPolicy
 from lorekv.policies.uniform import UniformConfig, UniformPolicy
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "PerLayerPolicy",
     "Policy",
     "PolicyConfig",
+    "ThresholdConfig",
+    "ThresholdPolicy",
     "UniformConfig",
     "UniformPolicy",
     "adaptive_budgets",

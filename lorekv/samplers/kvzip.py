@@ -162,6 +162,7 @@ class KVzipSampler(Sampler):
                     rotary=first.rotary,
                     query_norms=cat_optional([layer.query_norms for layer in per_chunk], dim=1),
                     lse=cat_optional([layer.lse for layer in per_chunk], dim=2),
+                    prompt_features=first.prompt_features,
                 )
             )
         trajs = [traj for _, _, traj in parts]

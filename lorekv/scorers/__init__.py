@@ -2,7 +2,7 @@
 
 Importing this package registers ``attention_mass``, ``loo``, ``projected_loo`` and
 ``recency`` in :data:`SCORERS`, the baselines' ``key_norm``, ``random`` and
-``critical_mass``, ``expected_attention`` and ``kvzip_plus``.
+``critical_mass``, ``expected_attention``, ``kvzip_plus`` and the learned ``surrogate``.
 """
 
 from lorekv.scorers.attention import CausalAttention, causal_attention
@@ -17,6 +17,7 @@ from lorekv.scorers.loo import LOOConfig, LOOScorer
 from lorekv.scorers.projected_loo import ProjectedLOOConfig, ProjectedLOOScorer
 from lorekv.scorers.random_scores import RandomConfig, RandomScorer
 from lorekv.scorers.recency import RecencyConfig, RecencyScorer
+from lorekv.scorers.surrogate import SurrogateConfig, SurrogateMap, SurrogateScorer
 
 __all__ = [
     "SCORERS",
@@ -44,4 +45,7 @@ __all__ = [
     "KeyNormScorer",
     "RandomConfig",
     "RandomScorer",
+    "SurrogateConfig",
+    "SurrogateMap",
+    "SurrogateScorer",
 ]

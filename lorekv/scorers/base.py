@@ -26,6 +26,7 @@ same at any n.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -109,6 +110,20 @@ class Scorer(ABC):
     def __init__(self, config: ScorerConfig, *, compile: bool = False) -> None:
         self.config = config
         self.compile = compile
+
+    @property
+    def state_maps(self) -> dict[str, Callable[[int, torch.Tensor], torch.Tensor]]:
+        """What the prefill must record of every prompt token's hidden state for this scorer:
+        name -> f(layer index, (B, q, D) states) -> (B, q, F), read back as
+        :attr:`~lorekv.trajectories.LayerCapture.prompt_features` (a fitted surrogate's
+        predictions); none by default."""
+        return {}
+
+    @property
+    def fitted_for(self) -> str | None:
+        """The fingerprint of the only model this scorer may score (a fitted surrogate's), checked
+        by the pipeline before any work; None: any model."""
+        return None
 
     def _query_scores(self, layer: LayerCapture, terms: Any = None) -> torch.Tensor:
         """:meth:`query_scores`, compiled when :attr:`compile` is set; ``terms`` (the layer's

@@ -19,6 +19,8 @@ from lorekv.policies import (
     PerHeadPolicy,
     PerLayerConfig,
     PerLayerPolicy,
+    ThresholdConfig,
+    ThresholdPolicy,
     UniformConfig,
     UniformPolicy,
     pyramid_budgets,
@@ -528,3 +530,35 @@ def test_global_budget_at_least_n_is_the_identity() -> None:
 def test_global_bad_values_name_the_field(spec, field) -> None:
     with pytest.raises(ValueError, match=field):
         POLICIES.build({"name": "global", "budget": 4, **spec})
+
+
+@fast
+@given(case=cases(), quantile=st.floats(0, 1))
+def test_threshold_keeps_the_protected_and_what_passes_within_its_cap(case, quantile):
+    """Protected kept; every other kept score passes log U >= tau; at most L * G * min(B, n) in all;
+    a passing score left out is no higher than any kept unprotected one (the cap's one ranking);
+    and under the cap nothing that passes is left out."""
+    scores, budget, sink, recent = case
+    values = scores.values
+    tau = math.log(max(float(torch.quantile(values.flatten(), quantile)), 1e-30))
+    sel = ThresholdPolicy(ThresholdConfig(budget=budget, threshold=tau, sink=sink, recent=recent)).select(scores)
+    mask = check_well_formed(sel, scores, sink, recent)
+    layers, heads, n = values.shape
+    free = ~protected(n, sink, recent).expand_as(mask)
+    passing = values.log() >= tau
+    assert bool((passing | ~free)[mask].all())
+    assert int(mask.sum()) <= layers * heads * min(budget, n)
+    left_out = passing & free & ~mask
+    if bool(left_out.any()):
+        assert int(mask.sum()) == layers * heads * min(budget, n)
+        kept_free = values[mask & free]
+        assert kept_free.numel() == 0 or float(values[left_out].max()) <= float(kept_free.min())
+
+
+def test_threshold_refuses_a_non_finite_threshold_and_negative_scores():
+    for bad in (math.inf, -math.inf, math.nan):
+        with pytest.raises(ValueError, match="threshold must be a finite number"):
+            ThresholdConfig(budget=4, threshold=bad)
+    policy = ThresholdPolicy(ThresholdConfig(budget=4, threshold=-1.0))
+    with pytest.raises(ValueError, match="non-negative"):
+        policy.select(Scores(-torch.ones(1, 1, 5), (0,)))
