@@ -37,7 +37,6 @@ from lorekv.hf.storage import check_fitted_for, load_compressed, model_fingerpri
 from lorekv.hf.timing import PhaseTimer, now, reference_prefill_seconds
 
 __all__ = [
-    "check_fitted_for",
     "ATTENTION_NAME",
     "PADDING",
     "PhaseTimer",
@@ -52,6 +51,7 @@ __all__ = [
     "cache_argument",
     "check_batch",
     "check_context",
+    "check_fitted_for",
     "check_generate_options",
     "check_supported",
     "check_token_ids",

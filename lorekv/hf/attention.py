@@ -453,13 +453,13 @@ def prepare(model: PreTrainedModel) -> PreTrainedModel:
         model.set_attn_implementation(ATTENTION_NAME)
     install(model)
     for module in attention_modules(model).values():
-        if not getattr(module, _NORM_HOOK, False):
+        if not getattr(module, _STATE_HOOK, False):
             module.register_forward_pre_hook(_record_states, with_kwargs=True)
-            setattr(module, _NORM_HOOK, True)
+            setattr(module, _STATE_HOOK, True)
     return model
 
 
-_NORM_HOOK = "_lorekv_norm_hook"
+_STATE_HOOK = "_lorekv_state_hook"
 
 
 def _record_states(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:

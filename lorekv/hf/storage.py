@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +74,26 @@ def model_fingerprint(model: PreTrainedModel, *, dtype: bool = True) -> str:
     return digest.hexdigest()
 
 
+_FITTED: weakref.WeakKeyDictionary[PreTrainedModel, tuple[tuple, str]] = weakref.WeakKeyDictionary()
+
+
+def weights_fingerprint(model: PreTrainedModel) -> str:
+    """:func:`model_fingerprint` with ``dtype=False``, computed once per state of the weights: kept
+    with the model until a parameter is replaced, moved or changed in place (its storage and
+    version counter), so that checking a fitted file before every compression costs no pass over
+    the parameters' samples."""
+    state = tuple((p.data_ptr(), p._version) for p in model.parameters())
+    cached = _FITTED.get(model)
+    if cached is None or cached[0] != state:
+        cached = (state, model_fingerprint(model, dtype=False))
+        _FITTED[model] = cached
+    return cached[1]
+
+
 def check_fitted_for(fingerprint: str, model: PreTrainedModel, what: str) -> None:
     """Raise unless ``fingerprint`` (a fitted file's :func:`model_fingerprint` with ``dtype=False``)
     is ``model``'s: ``what`` (the file) was fitted for another architecture or other weights."""
-    ours = model_fingerprint(model, dtype=False)
+    ours = weights_fingerprint(model)
     if fingerprint != ours:
         raise ValueError(
             f"{what}: a surrogate fitted for another model (fingerprint {fingerprint[:12]}..., this model's is "

@@ -57,3 +57,15 @@ def test_a_file_of_another_model_a_damaged_one_and_a_missing_one_are_refused(tmp
         load_surrogate(cut, model)
     with pytest.raises(ValueError, match="no such file, and not a surrogate shipped"):
         load_surrogate(tmp_path / "missing.safetensors", model)
+
+
+def test_the_fitted_check_follows_the_weights() -> None:
+    """The fingerprint a fitted file is checked against is recomputed once a weight changes in place."""
+    from lorekv.hf.storage import model_fingerprint, weights_fingerprint
+
+    model = tiny_llama(30)
+    before = weights_fingerprint(model)
+    assert before == model_fingerprint(model, dtype=False) == weights_fingerprint(model)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(2.0)
+    assert weights_fingerprint(model) == model_fingerprint(model, dtype=False) != before

@@ -55,7 +55,8 @@ def test_a_shipped_surrogate_rebuilds_its_calibration_and_recording(smollm2, nam
     teacher = Pipeline.from_config(config.teacher_config())
     _, targets = record_context(model, tokenizer, teacher, found[index], config)
     means = targets.double().mean(dim=(0, 2))
-    torch.testing.assert_close(means, torch.tensor(surrogate.calibration[index]["target_means"]), rtol=0, atol=2e-3)
+    want = torch.tensor(surrogate.calibration[index]["target_means"], dtype=torch.float64)
+    torch.testing.assert_close(means, want, rtol=0, atol=2e-3)
 
 
 def test_the_presets_run_on_the_bundled_model(smollm2) -> None:
