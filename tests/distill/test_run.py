@@ -120,3 +120,18 @@ def test_fidelity_compares_the_student_with_its_teacher_on_one_recording(tmp_pat
     assert 0 < result.overlap[8] <= 1 and result.overlap[n] == 1.0
     with pytest.raises(ValueError, match="must score with a fitted surrogate"):
         fidelity(model, tokenizer, teacher, teacher, context, [8])
+
+
+def test_a_benchmark_file_calibrates_each_distinct_context_once() -> None:
+    """A suites-format file is a calibration source: its rows' contexts, each listed once (two
+    questions of one row share it), named by the file's title and digested by their token ids."""
+    from pathlib import Path
+
+    _, tokenizer = model_and_tokenizer()
+    path = Path(__file__).parents[1] / "eval" / "suites" / "fixtures" / "jsonl"
+    spec = {"format": "jsonl", "path": str(path), "title": "harbour"}
+    found = contexts(CalibrationConfig(tasks=[spec], samples=3, haystack=0, length=300), tokenizer)
+    assert [c.name for c in found] == ["harbour/notes#0"]  # the first three questions: one row's context
+    assert found[0].sha256 == Context("again", found[0].ids.clone()).sha256
+    with pytest.raises(ValueError, match="format"):
+        CalibrationConfig(tasks=[{"format": "no_such_format", "path": str(path)}])
