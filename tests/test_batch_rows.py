@@ -78,7 +78,8 @@ def smallest_budget(name: str) -> int:
     """The smallest budget the preset accepts for a row of any length here (its protected tokens fit)."""
     for budget in range(1, 4 * WINDOW):
         try:
-            pipeline(name, budget).policy.check_budget(LONGEST - 1, 1)
+            for tail in (0, 1):  # query-agnostic (every token a candidate) and query-aware
+                pipeline(name, budget).policy.check_budget(LONGEST - tail, tail)
         except ValueError:
             continue
         return budget
