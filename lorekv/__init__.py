@@ -10,6 +10,8 @@ methods by name, :func:`load` loads a model and its tokenizer, :func:`decode` an
 compressed cache and :func:`generate_full` is the full-cache baseline. A compressed cache is a
 transformers ``Cache``: ``model.generate(input_ids, cache=compressed)`` continues it.
 :func:`save_compressed` and :func:`load_compressed` keep a compressed context in a file.
+:class:`DecodingSchedule` keeps a cache within its budget while ``generate`` runs (compression
+while generating).
 :class:`TextGenerationPipeline` is the ``"lorekv-text-generation"`` transformers pipeline (a
 context and questions in, answers out): ``import lorekv`` makes ``transformers.pipeline`` know it
 as soon as transformers' pipelines load (:mod:`lorekv.autoregister`);
@@ -43,15 +45,19 @@ _EXPORTS = {
     "Generation": "lorekv.hf",
     "TextGenerationPipeline": "lorekv.text_generation",
     "register_text_generation": "lorekv.text_generation",
+    "DecodingSchedule": "lorekv.schedule",
+    "ScheduleConfig": "lorekv.schedule",
 }
 
 __all__ = [
     "PRESETS",
     "CompressedCache",
     "CompressionStats",
+    "DecodingSchedule",
     "Generation",
     "Pipeline",
     "PipelineConfig",
+    "ScheduleConfig",
     "TextGenerationPipeline",
     "decode",
     "generate_full",
@@ -75,6 +81,7 @@ if TYPE_CHECKING:
     from lorekv.models import load
     from lorekv.pipeline import Pipeline, PipelineConfig
     from lorekv.presets import PRESETS, preset
+    from lorekv.schedule import DecodingSchedule, ScheduleConfig
     from lorekv.text_generation import TextGenerationPipeline, register_text_generation
 
 

@@ -579,6 +579,7 @@ class Pipeline:
         eos_token_id: int | list[int] | None = None,
         rule: TokenRule | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
+        decoding: Any = None,
         **generate_kwargs: Any,
     ) -> Generation:
         """Compress ``input_ids`` (1, n) and decode an answer with ``model.generate`` (:func:`decode`).
@@ -587,8 +588,9 @@ class Pipeline:
         is a context compressed query-agnostically and the question is fed after it.
         ``tokenizer`` is passed to :meth:`compress` (samplers that feed text need it).
         Greedy unless ``rule`` or ``generate_kwargs`` (any ``model.generate`` option:
-        ``do_sample=True``, ``temperature``, a ``streamer``, ...) say otherwise. A batch goes
-        through :meth:`generate_batch`.
+        ``do_sample=True``, ``temperature``, a ``streamer``, ...) say otherwise. ``decoding``: a
+        :class:`lorekv.schedule.DecodingSchedule` that keeps the cache within its budget while
+        the answer is generated. A batch goes through :meth:`generate_batch`.
         """
         if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and input_ids.shape[0] != 1:
             raise ValueError(f"input_ids has {input_ids.shape[0]} rows: answer a batch with generate_batch")
@@ -600,6 +602,7 @@ class Pipeline:
             eos_token_id=eos_token_id,
             rule=rule,
             tokenizer=tokenizer,
+            decoding=decoding,
             **generate_kwargs,
         )[0]
 
@@ -616,6 +619,7 @@ class Pipeline:
         eos_token_id: int | list[int] | None = None,
         rule: TokenRule | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
+        decoding: Any = None,
         **generate_kwargs: Any,
     ) -> list[Generation]:
         """:meth:`generate` for a left-padded batch ``input_ids`` (b, N) with ``attention_mask``:
@@ -649,6 +653,7 @@ class Pipeline:
             max_new_tokens,
             eos_token_id=eos_token_id,
             rule=rule,
+            decoding=decoding,
             **generate_kwargs,
         )
 

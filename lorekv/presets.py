@@ -337,6 +337,28 @@ def h2o(budget: int, recent: int | None = None) -> PipelineConfig:
     )
 
 
+def rkv(budget: int, window: int = 8, pool_kernel: int = 7, mix_lambda: float = 0.07) -> PipelineConfig:
+    """R-KV: the attention of a recent window less each key's redundancy, B per KV head.
+
+    "R-KV: Redundancy-aware KV Cache Compression for Reasoning Models",
+    https://arxiv.org/abs/2505.24133: the ``rkv`` scorer
+    (:class:`~lorekv.scorers.redundancy.RedundancyScorer`) over the queries of the last
+    ``window`` tokens (8), λ = 0.07, the attention pooled over 7 tokens, the window kept inside
+    the budget. Made for compression while generating
+    (``DecodingSchedule(preset("rkv", B), buffer=128)``, the reference's buffer); on a prompt
+    the window is its last ``window`` tokens. Differs: the reference keeps the window and the
+    top B - w of the rest per KV head; lorekv protects the same window with the policy's
+    ``recent`` (B counts it too), so the kept sets are the same.
+    """
+    _check_window("rkv", budget, window)
+    return PipelineConfig(
+        sampler={"name": "prompt_window", "window": window},
+        scorer={"name": "rkv", "pool_kernel": pool_kernel, "mix_lambda": mix_lambda},
+        aggregator={"name": "mean"},
+        policy={"name": "uniform", "budget": budget, "recent": window},
+    )
+
+
 def kvzip(budget: int, chunk_size: int = 2048) -> PipelineConfig:
     """KVzip: the max attention each token gets while the model repeats the context (needs tokenizer=).
 
@@ -511,6 +533,7 @@ PRESETS: dict[str, Callable[..., PipelineConfig]] = {
     "expected_attention": expected_attention,
     "kvzap": kvzap,
     "lore_kv_fast": lore_kv_fast,
+    "rkv": rkv,
 }
 
 
@@ -533,6 +556,7 @@ PAPERS: dict[str, str | None] = {
     "expected_attention": "https://arxiv.org/abs/2510.00636",
     "kvzap": "https://arxiv.org/abs/2601.07891",
     "lore_kv_fast": "https://arxiv.org/abs/2610.07643",
+    "rkv": "https://arxiv.org/abs/2505.24133",
 }
 """The paper each preset implements (its docstring cites it), None for lorekv's own variants and baselines."""
 

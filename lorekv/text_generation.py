@@ -34,6 +34,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from lorekv.hf import CompressedCache, check_generate_options, decode, decode_batch, generate_full, left_pad
 from lorekv.models import SPLIT, chat_text, encode, encode_split, end_of_turn_ids
 from lorekv.pipeline import Pipeline, PipelineConfig
+from lorekv.schedule import DecodingSchedule, ScheduleConfig
 
 TASK = "lorekv-text-generation"
 
@@ -59,6 +60,9 @@ class TextGenerationPipeline(TransformersPipeline):
         chat: wrap the text in the tokenizer's chat template (default: if it has one); otherwise
             the plain format ``context + "\\n\\n" + question + "\\nAnswer: "``.
         max_new_tokens: answer length bound (default 32).
+        decoding: a :class:`~lorekv.schedule.DecodingSchedule` (or its ``ScheduleConfig``) that
+            keeps the cache within its budget while the answer is generated: compression while
+            generating, on the compressed context or (``method=None``) the whole prompt.
         any other keyword: a ``model.generate`` option (``do_sample=True``, ``temperature``,
             ``eos_token_id``, a ``streamer``, ...). Decoding is greedy by default and stops at
             the tokenizer's end-of-turn tokens unless ``eos_token_id`` says otherwise.
@@ -68,7 +72,7 @@ class TextGenerationPipeline(TransformersPipeline):
     """
 
     PREPROCESS = ("query_aware", "answer_prefix", "chat")
-    FORWARD = ("method", "query_aware", "max_new_tokens")
+    FORWARD = ("method", "query_aware", "max_new_tokens", "decoding")
 
     def _sanitize_parameters(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """Split a call's (or the constructor's) keywords; only those given are returned, so that
@@ -138,11 +142,13 @@ class TextGenerationPipeline(TransformersPipeline):
         method: Any = None,
         query_aware: bool = False,
         max_new_tokens: int = 32,
+        decoding: Any = None,
         **options: Any,
     ) -> dict[str, Any]:
         eos = options.pop("eos_token_id") if "eos_token_id" in options else end_of_turn_ids(self.tokenizer)
         model = self.model
         pipeline = as_pipeline(method)
+        options["decoding"] = as_schedule(decoding)
         if query_aware:
             ids = inputs["prompt_ids"]
             if pipeline is None:
@@ -190,6 +196,19 @@ def as_pipeline(method: Any) -> Pipeline | None:
     )
 
 
+def as_schedule(decoding: Any) -> DecodingSchedule | None:
+    """A :class:`DecodingSchedule` from ``decoding``: a schedule, its ``ScheduleConfig`` or its
+    mapping; None stays None (the cache grows with the answer)."""
+    if decoding is None or isinstance(decoding, DecodingSchedule):
+        return decoding
+    if isinstance(decoding, (ScheduleConfig, Mapping)):
+        return DecodingSchedule.from_config(decoding)
+    raise ValueError(
+        f"decoding must be a lorekv DecodingSchedule, a ScheduleConfig, its mapping or None, got "
+        f"{type(decoding).__name__}"
+    )
+
+
 def register() -> type[TextGenerationPipeline]:
     """Register ``"lorekv-text-generation"`` with ``transformers.pipeline`` (idempotent)."""
     if PIPELINE_REGISTRY.supported_tasks.get(TASK, {}).get("impl") is not TextGenerationPipeline:
@@ -202,4 +221,4 @@ register_text_generation = register
 
 register()
 
-__all__ = ["TASK", "TextGenerationPipeline", "as_pipeline", "register", "register_text_generation"]
+__all__ = ["TASK", "TextGenerationPipeline", "as_pipeline", "as_schedule", "register", "register_text_generation"]

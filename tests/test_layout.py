@@ -27,13 +27,15 @@ ALLOWED = {
     "models": {"models"},
     "pipeline": {"contracts", "families", "hf", "pipeline"},
     "presets": {"pipeline", "presets"},
+    # Compression while generating: a pipeline (and its presets) with a buffer, run by the binding.
+    "schedule": {"contracts", "families", "hf", "pipeline", "presets", "schedule"},
     "runfiles": {"contracts", "runfiles"},
-    "text_generation": {"contracts", "families", "hf", "models", "pipeline", "presets", "text_generation"},
+    "text_generation": {"contracts", "families", "hf", "models", "pipeline", "presets", "schedule", "text_generation"},
     # Registers the text pipeline when transformers' pipelines load; imports nothing at import time.
     "autoregister": {"text_generation", "autoregister"},
     # Fits a surrogate on a teacher pipeline's scores over calibration texts (the task families, suite files).
     "distill": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval", "distill"},
-    "eval": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval"},
+    "eval": {"contracts", "families", "hf", "models", "pipeline", "presets", "schedule", "runfiles", "eval"},
     "cost": {"contracts", "families", "hf", "models", "pipeline", "presets", "runfiles", "eval", "cost"},
     "cli": {
         "contracts",
@@ -42,6 +44,7 @@ ALLOWED = {
         "models",
         "pipeline",
         "presets",
+        "schedule",
         "runfiles",
         "text_generation",
         "eval",
@@ -56,6 +59,7 @@ ALLOWED = {
         "models",
         "pipeline",
         "presets",
+        "schedule",
         "text_generation",
         "eval",
         "cost",

@@ -85,6 +85,50 @@ def test_snapkv_equals_the_reference_rule(query_aware: bool, budget: int, window
     assert kept(compressed) == as_candidates(expected, N, query_aware)
 
 
+def rkv_scores(rec: dict, n: int, w: int, kernel: int, lam: float, threshold: float) -> torch.Tensor:
+    """(G, n - w) R-KV's final score (rkv/compression/r1_kv.py), loops in float64: the window's
+    logits maxed over the group before the softmax over the tokens before the window, averaged,
+    max-pooled; minus the softmaxed mean cosine similarity, each row's newest near-copy forgotten."""
+    q, k = rec["query"].double(), rec["key"][:, :n].double()
+    kv_heads, m = k.shape[0], n - w
+    out = torch.zeros(kv_heads, m, dtype=torch.float64)
+    for g in range(kv_heads):
+        attention = torch.zeros(m, dtype=torch.float64)
+        for t in range(n - w, n):
+            logits = torch.tensor(
+                [
+                    max(float(q[h, t] @ k[g, j]) for h in range(g * GROUP, (g + 1) * GROUP)) * rec["scaling"]
+                    for j in range(m)
+                ]
+            )
+            attention += torch.softmax(logits, dim=0) / w
+        pooled = torch.tensor([float(attention[max(0, j - kernel // 2) : j + kernel // 2 + 1].max()) for j in range(m)])
+        unit = [k[g, i] / (float(k[g, i].norm()) + 1e-8) for i in range(n)]
+        similarity = [[0.0 if i == j else float(unit[i] @ unit[j]) for j in range(n)] for i in range(n)]
+        for i in range(n):
+            near = [j for j in range(n) if similarity[i][j] > threshold]
+            similarity[i][max(near) if near else 0] = 0.0
+        column = torch.tensor([sum(similarity[i][j] for i in range(n)) / n for j in range(n)])
+        redundancy = torch.softmax(column, dim=0)[:m]
+        out[g] = lam * pooled - (1 - lam) * redundancy
+    return out
+
+
+@MODES
+@pytest.mark.parametrize("budget,window", [(20, 8), (14, 4)])
+def test_rkv_equals_the_reference_rule(query_aware: bool, budget: int, window: int) -> None:
+    model, ids, recs = setup(4)
+    capacity = budget + query_aware
+    expected = []
+    for layer in evictable_layers(model):
+        scores = rkv_scores(recs[layer], N, window, 7, 0.07, 0.5)
+        expected.append([top(s, capacity - window) | set(range(N - window, N)) for s in scores])
+    compressed = Pipeline.from_config(preset("rkv", budget, window=window)).compress(
+        model, ids, query_aware=query_aware
+    )
+    assert kept(compressed) == as_candidates(expected, N, query_aware)
+
+
 def pyramid_reference(n: int, capacity: int, window: int, layers: int, beta: float) -> list[int]:
     """KVCache-Factory's PyramidKV prefix budgets, integer arithmetic."""
     scored = capacity - window

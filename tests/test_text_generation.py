@@ -165,3 +165,24 @@ def test_a_failed_registration_warns_with_the_explicit_call_and_leaves_transform
     monkeypatch.setattr(text_generation, "register", broken)
     with pytest.warns(RuntimeWarning, match=r"boom.*lorekv\.register_text_generation\(\)"):
         autoregister.register_now()
+
+
+def test_a_decoding_schedule_bounds_the_answers(pipe) -> None:
+    """``decoding=`` reaches every path: the same answers as decode with the schedule attached."""
+    from lorekv import DecodingSchedule
+
+    model, tokenizer = pipe.model, pipe.tokenizer
+    schedule = DecodingSchedule(preset("snapkv", 6, window=2), buffer=3)
+    out = pipe(CONTEXT, questions=QUESTIONS, method=preset("snapkv", 6, window=2), max_new_tokens=30,
+               eos_token_id=[], decoding=schedule)  # fmt: skip
+    context, _ = expected_ids(tokenizer, QUESTIONS[0])
+    compressed = Pipeline.from_config(preset("snapkv", 6, window=2)).compress(model, context, query_aware=False)
+    for question, answer in zip(QUESTIONS, out["answers"], strict=True):
+        _, question_ids = expected_ids(tokenizer, question)
+        want = decode(model, compressed, question_ids, 30, eos_token_id=[], decoding=schedule)
+        free = decode(model, compressed, question_ids, 30, eos_token_id=[])
+        assert answer == want.text(tokenizer) and want.token_ids.tolist() != free.token_ids.tolist()
+    full = pipe(CONTEXT, question=QUESTIONS[0], max_new_tokens=30, eos_token_id=[], decoding=schedule.config)
+    assert full["answer"] and full["stats"] is None
+    with pytest.raises(ValueError, match="decoding must be"):
+        pipe(CONTEXT, question=QUESTIONS[0], max_new_tokens=3, decoding="snapkv")

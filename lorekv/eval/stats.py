@@ -107,6 +107,17 @@ def mean_interval(scores: Sequence[float], *, seed: int = 0, resamples: int = 10
     return mean, lo, hi
 
 
+def value_interval(values: Sequence[float], *, seed: int = 0, resamples: int = 10_000) -> tuple[float, float, float]:
+    """(mean, lo, hi): the mean of unbounded ``values`` (a KL divergence, a paired difference of
+    them) with its 95% percentile-bootstrap interval, seeded by ``seed``."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or not x.size or not np.isfinite(x).all():
+        raise ValueError(f"values must be a non-empty 1-D sequence of finite numbers, got {list(values)[:5]}")
+    _check_bootstrap(seed, resamples)
+    lo, hi = _percentiles(bootstrap_means(x, np.random.default_rng(seed), resamples))
+    return float(x.mean()), lo, hi
+
+
 def sign_test_p(wins: int, losses: int) -> float:
     """Exact two-sided sign-test p-value of ``wins`` against ``losses`` (ties dropped).
 

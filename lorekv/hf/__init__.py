@@ -13,6 +13,8 @@
   place the fed tokens, and the up-front refusal of what it cannot continue).
 - :mod:`~lorekv.hf.decoding`: conveniences over ``model.generate`` (decoding from a compressed
   cache, the full-cache baseline).
+- :mod:`~lorekv.hf.bounded`: compression while generating (a decoding schedule's state and the
+  rollout its sampler draws from).
 - :mod:`~lorekv.hf.storage`: a compressed cache saved to and loaded from a safetensors file.
 - :mod:`~lorekv.hf.timing`: device-synchronised clocks and transformers' own prefill time.
 
@@ -24,10 +26,12 @@ from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer, gather
 from lorekv.hf.compressed import CompressedCache, CompressionStats
 from lorekv.hf.decoding import (
     Generation,
+    cache_bytes,
     check_generate_options,
     continue_full,
     decode,
     decode_batch,
+    full_cache,
     generate_full,
 )
 from lorekv.hf.inputs import check_batch, check_context, check_token_ids, left_pad
@@ -49,6 +53,7 @@ __all__ = [
     "PositionedLayer",
     "QueryCapture",
     "cache_argument",
+    "cache_bytes",
     "check_batch",
     "check_context",
     "check_fitted_for",
@@ -60,6 +65,7 @@ __all__ = [
     "decode_batch",
     "evictable_layers",
     "forward",
+    "full_cache",
     "gather",
     "generate_full",
     "layer_types",

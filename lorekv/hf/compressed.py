@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from lorekv.hf.cache import PositionedCache
 from lorekv.scores import Selection
+
+if TYPE_CHECKING:
+    from lorekv.hf.bounded import Bound
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,10 @@ class CompressedCache(PositionedCache):
         positions_checked: a ``generate`` call is continuing the cache with position ids it
             derives from an attention mask already checked (:func:`lorekv.hf.generation.checked_generate`),
             so its steps need no comparison of them with the cache's own.
+        bound: the decoding schedule that keeps the cache within its budget while it is
+            continued (:class:`lorekv.hf.bounded.Bound`, attached by
+            :meth:`lorekv.schedule.DecodingSchedule.attach`); None: the cache grows with every
+            token fed.
     """
 
     def __init__(
@@ -168,6 +176,7 @@ class CompressedCache(PositionedCache):
         self.method = method
         self.damaged = False
         self.positions_checked = False
+        self.bound: Bound | None = None
 
     @property
     def batch_size(self) -> int:
@@ -259,6 +268,7 @@ class CompressedCache(PositionedCache):
         out.next_position = self.next_position
         out.row_positions = self.row_positions.clone()
         out.damaged = self.damaged
+        out.bound = None if self.bound is None else self.bound.copy()
         return out
 
     def rows(self, indices: Sequence[int]) -> CompressedCache:
@@ -285,4 +295,5 @@ class CompressedCache(PositionedCache):
         out.next_position = self.next_position
         out.row_positions = self.row_positions[indices].clone()
         out.damaged = self.damaged
+        out.bound = None if self.bound is None else self.bound.rows(indices)
         return out

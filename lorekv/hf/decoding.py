@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from transformers import (
+    DynamicCache,
     LogitsProcessor,
     LogitsProcessorList,
     PreTrainedModel,
@@ -97,11 +98,14 @@ def decode(
     *,
     eos_token_id: int | list[int] | None = None,
     rule: TokenRule | None = None,
+    decoding: Any = None,
     **generate_kwargs: Any,
 ) -> Generation:
     """``model.generate`` from a fork of a one-row ``compressed``, fed the pending prompt token(s)
     and ``question_ids`` (1, q); ``compressed`` itself is left intact, so it can answer several
-    questions (:func:`decode_batch` answers every row of a batch).
+    questions (:func:`decode_batch` answers every row of a batch). ``decoding``: a
+    :class:`lorekv.schedule.DecodingSchedule` that keeps the cache within its budget while the
+    answer is generated (None: the cache grows with the answer).
 
     Greedy unless ``rule`` (a token rule, applied as a logits processor) or ``generate_kwargs``
     (``do_sample=True, temperature=...``, a streamer, ...) say otherwise; stops at
@@ -119,6 +123,7 @@ def decode(
         max_new_tokens=max_new_tokens,
         eos_token_id=eos_token_id,
         rule=rule,
+        decoding=decoding,
         **generate_kwargs,
     )[0]
 
@@ -133,10 +138,12 @@ def decode_batch(
     *,
     eos_token_id: int | list[int] | None = None,
     rule: TokenRule | None = None,
+    decoding: Any = None,
     **generate_kwargs: Any,
 ) -> list[Generation]:
     """:func:`decode` for every row of ``compressed``, in one ``model.generate`` call: one
-    :class:`Generation` per row, each ending at its own first ``eos_token_id``.
+    :class:`Generation` per row, each ending at its own first ``eos_token_id`` (``decoding``:
+    each row compressed on its own schedule while it is generated).
 
     ``question_ids`` (b, q), left-padded with ``question_mask`` (b, q) when the questions differ
     in length, are fed after the compressed contexts (query-agnostic); each row needs at least
@@ -160,7 +167,7 @@ def decode_batch(
     check_rows_context(model, fed, max_new_tokens, "answer")
     prepare(model)
     start = now(ids.device)
-    state = compressed.fork()
+    state = compressed.fork() if decoding is None else decoding.attach(model, compressed)
     return _generate(
         model, ids, mask, state, max_new_tokens, eos_token_id, rule, compressed.row_stats, start, generate_kwargs
     )
@@ -267,14 +274,31 @@ def generate_full(
     *,
     eos_token_id: int | list[int] | None = None,
     rule: TokenRule | None = None,
+    decoding: Any = None,
     **generate_kwargs: Any,
 ) -> Generation:
     """The full-cache baseline: ``model.generate`` on ``input_ids`` (1, n) with transformers' own
-    cache, nothing evicted."""
+    cache, nothing evicted; with ``decoding`` (a :class:`lorekv.schedule.DecodingSchedule`), the
+    prompt prefilled whole and then compressed with the answer as the schedule says."""
     check_int_at_least("max_new_tokens", max_new_tokens, 1)
     check_token_ids(model, input_ids, "input_ids")
     check_context(model, input_ids.shape[1], max_new_tokens)
     prepare(model)
     start = now(input_ids.device)
     mask = torch.ones_like(input_ids)
-    return _generate(model, input_ids, mask, None, max_new_tokens, eos_token_id, rule, (), start, generate_kwargs)[0]
+    cache = None if decoding is None else decoding.cache(model)
+    return _generate(model, input_ids, mask, cache, max_new_tokens, eos_token_id, rule, (), start, generate_kwargs)[0]
+
+
+def full_cache(model: PreTrainedModel) -> DynamicCache:
+    """transformers' own cache for ``model``, which grows with every token (the baseline)."""
+    return DynamicCache(config=model.config)
+
+
+def cache_bytes(cache: DynamicCache) -> int:
+    """Key/value bytes a transformers cache holds (every layer)."""
+    return sum(
+        layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
+        for layer in cache.layers
+        if getattr(layer, "keys", None) is not None and layer.keys.numel()
+    )

@@ -91,6 +91,7 @@ def _open_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> 
     device = module.device if isinstance(module, PreTrainedModel) else tokens.device
     mask = kwargs.get("attention_mask")
     padded = mask is not None and mask.dim() == 2 and (batch > 1 or cache.extended == 0) and length > 1
+    padded = padded and not bool(mask[:, -length:].all())  # one read a prompt or question, none a decode step
     starts = cache.row_positions.to(device)[:, None]
     if padded:
         real = mask[:, -length:].to(device).bool()
@@ -108,7 +109,11 @@ def _open_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> 
                 f"whose rows continue at positions {cache.row_positions.tolist()} (pass input_ids that start with "
                 "the compressed prompts, and their attention_mask)"
             )
-    forward_pass = ForwardPass(cache, positions, padded=padded, owner=module)
+    capture = None
+    if cache.bound is not None:
+        cache.bound.before_pass(kwargs.get("input_ids", args[0] if args else None))
+        capture = cache.bound.capture()
+    forward_pass = ForwardPass(cache, positions, capture=capture, padded=padded, owner=module)
     enter(forward_pass)
     return args, {**kwargs, "position_ids": positions.clamp(min=0) if padded else positions}
 
@@ -128,6 +133,10 @@ def _close_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], ou
         real = (current.query_positions != PADDING).sum(1) if current.padded else fed
         cache.next_position += fed
         cache.row_positions = cache.row_positions.to(current.query_positions.device) + real
+        if cache.bound is not None:
+            counts = real.tolist() if current.padded else [fed] * cache.batch_size
+            logits = output.logits if hasattr(output, "logits") else output[0]
+            cache.bound.after_pass(cache, current, logits, counts)
 
 
 def checked_generate(self: PreTrainedModel, *args: Any, **kwargs: Any) -> Any:
@@ -137,7 +146,10 @@ def checked_generate(self: PreTrainedModel, *args: Any, **kwargs: Any) -> Any:
     if not isinstance(cache, CompressedCache):
         return type(self).generate(self, *args, **kwargs)
     extra = check_generate(self, cache, args, kwargs)
-    cache.reserve(cache.batch_size, min(extra, RESERVED_TOKENS))
+    if cache.bound is None:
+        cache.reserve(cache.batch_size, min(extra, RESERVED_TOKENS))
+    else:  # room up to the schedule's bound, reserved when the layers are stored after each compression
+        cache.reserve(cache.batch_size, min(extra, cache.bound.room()))
     # generate derives each step's position_ids from the attention_mask just checked: comparing them
     # with the cache's own at every step would read the device once a step for nothing
     cache.positions_checked = "position_ids" not in kwargs

@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedModel
 
 from lorekv.hf.attention import QueryCapture, forward
-from lorekv.hf.cache import PADDING, PositionedCache, gather
+from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer, gather
 from lorekv.hf.introspection import rotary_tables
 from lorekv.scores import Selection
 from lorekv.token_rules import TokenRule, token_stats
@@ -388,32 +388,51 @@ class ModelRollout:
                 this row's prompt and their own keys, or None (None: not recorded, or over
                 another prefix, a draft's).
         """
-        layers = []
-        for idx in sorted(self.evict_layers):
-            prompt = self.cache.layers[idx]
-            keys, values = prompt.keys[0], prompt.values[0]
-            if responses is None:
-                response_keys, response_values = keys[None, :, :0], values[None, :, :0]
-            else:
-                response_keys, response_values = responses(idx)
-            layers.append(
-                LayerCapture(
-                    layer_idx=idx,
-                    queries=queries(idx),
-                    query_positions=query_positions.to(keys.device),
-                    prompt_keys=keys,
-                    prompt_values=values,
-                    response_keys=response_keys,
-                    response_values=response_values,
-                    o_proj=capture.o_proj[idx],
-                    scaling=capture.scaling[idx],
-                    rotary=rotary_tables(self.model, idx),
-                    query_norms=norms(idx),
-                    lse=None if lse is None else lse(idx),
-                    prompt_features=self.prompt_features(idx),
-                )
+        return tuple(
+            layer_capture(
+                idx,
+                self.cache.layers[idx],
+                queries(idx),
+                query_positions,
+                None if responses is None else responses(idx),
+                capture.o_proj[idx],
+                capture.scaling[idx],
+                rotary=rotary_tables(self.model, idx),
+                query_norms=norms(idx),
+                lse=None if lse is None else lse(idx),
+                prompt_features=self.prompt_features(idx),
             )
-        return tuple(layers)
+            for idx in sorted(self.evict_layers)
+        )
+
+
+def layer_capture(
+    idx: int,
+    prompt: PositionedLayer,
+    queries: torch.Tensor,
+    query_positions: torch.Tensor,
+    responses: tuple[torch.Tensor, torch.Tensor] | None,
+    o_proj: torch.Tensor,
+    scaling: float,
+    **optional: Any,
+) -> LayerCapture:
+    """Layer ``idx``'s :class:`LayerCapture` over a one-row ``prompt`` layer's keys and values:
+    ``queries`` (M, H, T, d) at ``query_positions`` (T,), ``responses`` the futures' own keys and
+    values (M, G, R, d) (None: none), ``optional`` LayerCapture's optional fields."""
+    keys, values = prompt.keys[0], prompt.values[0]
+    response_keys, response_values = (keys[None, :, :0], values[None, :, :0]) if responses is None else responses
+    return LayerCapture(
+        layer_idx=idx,
+        queries=queries,
+        query_positions=query_positions.to(keys.device),
+        prompt_keys=keys,
+        prompt_values=values,
+        response_keys=response_keys,
+        response_values=response_values,
+        o_proj=o_proj,
+        scaling=scaling,
+        **optional,
+    )
 
 
 def decode_rows(

@@ -2,7 +2,8 @@
 
 Importing this package registers ``attention_mass``, ``loo``, ``projected_loo`` and
 ``recency`` in :data:`SCORERS`, the baselines' ``key_norm``, ``random`` and
-``critical_mass``, ``expected_attention``, ``kvzip_plus`` and the learned ``surrogate``.
+``critical_mass``, ``expected_attention``, ``kvzip_plus``, R-KV's ``rkv`` and the learned
+``surrogate``.
 """
 
 from lorekv.scorers.attention import CausalAttention, causal_attention
@@ -17,6 +18,7 @@ from lorekv.scorers.loo import LOOConfig, LOOScorer
 from lorekv.scorers.projected_loo import ProjectedLOOConfig, ProjectedLOOScorer
 from lorekv.scorers.random_scores import RandomConfig, RandomScorer
 from lorekv.scorers.recency import RecencyConfig, RecencyScorer
+from lorekv.scorers.redundancy import RedundancyConfig, RedundancyScorer
 from lorekv.scorers.surrogate import SurrogateConfig, SurrogateMap, SurrogateScorer
 
 __all__ = [
@@ -30,6 +32,8 @@ __all__ = [
     "ProjectedLOOScorer",
     "RecencyConfig",
     "RecencyScorer",
+    "RedundancyConfig",
+    "RedundancyScorer",
     "Scorer",
     "ScorerConfig",
     "causal_attention",
