@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from lorekv.hf import CompressedCache, PositionedCache, check_fitted_for, evictable_layers, prepare
+from lorekv.hf import (
+    CompressedCache,
+    PositionedCache,
+    check_fitted_for,
+    check_supported,
+    evictable_layers,
+    prepare,
+)
 from lorekv.hf.bounded import Bound, check_method, held_counts
 from lorekv.pipeline import Pipeline, PipelineConfig
 from lorekv.presets import preset
@@ -114,6 +121,7 @@ class DecodingSchedule:
     def check_model(self, model: PreTrainedModel) -> None:
         """Prepare ``model`` for lorekv's attention; refuse a fitted scorer's file of another model."""
         scorer = self.pipeline.scorer
+        check_supported(model)
         if scorer.fitted_for is not None:
             check_fitted_for(scorer.fitted_for, model, f"the {scorer.config.name} scorer's file")
         prepare(model)

@@ -309,3 +309,13 @@ def test_window_presets_refuse_a_budget_within_the_window(name: str) -> None:
     with pytest.raises(ValueError, match=r"budget must be > window.*window=32"):
         preset(name, 32)
     assert preset(name, 32, window=8).policy.recent == 8
+
+
+def test_rkv_redundancy_in_row_chunks_equals_the_whole_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lorekv.scorers import redundancy
+
+    keys = torch.randn(2, 37, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    keys[:, 20] = keys[:, 3] * 2  # near-copies
+    whole = redundancy.key_redundancy(keys, 0.5)
+    monkeypatch.setattr(redundancy, "SCORE_CHUNK", 2 * 37 * 5)  # five rows a chunk
+    torch.testing.assert_close(redundancy.key_redundancy(keys, 0.5), whole, rtol=1e-12, atol=1e-14)

@@ -317,7 +317,7 @@ def test_a_future_continues_the_row_at_its_real_positions(model) -> None:
     tokens, logits, masks = drive(model, cache, prompt, 8)
     layers = evictable_layers(model)
     bound = cache.bound
-    entries = {idx: real_entries(cache.layers[idx], None, idx, 0, bound.held[0]) for idx in layers}
+    entries = {idx: real_entries(cache.layers[idx], None, 0, bound.held[0]) for idx in layers}
     rollout = CacheRollout(bound, cache, 0, entries, logits[-1].view(1, -1), 28)
     futures = rollout.decode(lambda x: x.argmax(-1), 1, 2)
     first, second = futures.token_ids[0].tolist()
@@ -413,3 +413,26 @@ def test_the_lore_kv_decoding_preset_protects_its_newest_tokens() -> None:
     schedule = DecodingSchedule.preset("lore_kv", 64)
     assert schedule.pipeline.policy.config.recent == 8 and schedule.buffer == 64
     assert schedule.pipeline.sampler.config.name == "temperature"
+
+
+def test_a_compression_that_fails_marks_the_cache_damaged(model, monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule = SCHEDULES["snapkv"]()
+    cache = schedule.cache(model)
+    prompt = random_ids(30, seed=21)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("scorer out of memory")
+
+    monkeypatch.setattr(schedule.pipeline, "score", fail)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        model(prompt, cache=cache, attention_mask=torch.ones_like(prompt))
+    assert cache.damaged and cache.bound.held == [30] and cache.bound.compressions == [0]
+    with pytest.raises(ValueError, match="incomplete"):
+        model(prompt[:, :1], cache=cache)
+
+
+def test_a_window_schedule_needs_the_token_ids(model) -> None:
+    cache = SCHEDULES["snapkv"]().cache(model)
+    embeds = model.get_input_embeddings()(random_ids(10, seed=22))
+    with pytest.raises(ValueError, match="feed input_ids"):
+        model(inputs_embeds=embeds, cache=cache)

@@ -21,7 +21,6 @@ checked); a decode step between compressions reads nothing.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
@@ -34,6 +33,7 @@ from lorekv.hf.cache import PADDING, PositionedCache, PositionedLayer
 from lorekv.hf.context import ForwardPass
 from lorekv.hf.introspection import attention_modules, evictable_layers
 from lorekv.hf.rollout import draw, layer_capture
+from lorekv.hf.timing import now
 from lorekv.scores import Scores, Selection
 from lorekv.token_rules import TokenRule
 from lorekv.trajectories import LayerCapture, Step, Trajectories
@@ -139,6 +139,7 @@ class Bound:
         self.seconds = 0.0
         self.queries: dict[int, torch.Tensor] = {}
         self.tokens: torch.Tensor | None = None
+        self.real: torch.Tensor | None = None
         self.state_maps = dict(method.scorer.state_maps)
         self.slots: dict[int, torch.Tensor] = {}
 
@@ -160,6 +161,7 @@ class Bound:
         index = torch.tensor(list(indices))
         out.queries = {idx: q[index.to(q.device)] for idx, q in self.queries.items()}
         out.tokens = None if self.tokens is None else self.tokens[index.to(self.tokens.device)]
+        out.real = None if self.real is None else self.real[index.to(self.real.device)]
         out.slots = {idx: f[index.to(f.device)] for idx, f in self.slots.items()}
         return out
 
@@ -176,8 +178,13 @@ class Bound:
 
     def before_pass(self, tokens: torch.Tensor | None) -> None:
         """Keep the ids of the last w tokens fed (``tokens`` (b, q); None when fed as embeddings)."""
-        if self.window == 0 or tokens is None or tokens.dim() != 2:
+        if self.window == 0:
             return
+        if tokens is None or tokens.dim() != 2:
+            raise ValueError(
+                "a decoding schedule whose sampler reads a window keeps the ids of the tokens fed: feed input_ids, "
+                "not inputs_embeds"
+            )
         tokens = tokens[:, -self.window :]
         self.tokens = tokens if self.tokens is None else torch.cat([self.tokens, tokens], 1)[:, -self.window :]
 
@@ -185,6 +192,10 @@ class Bound:
         """A model call on ``cache`` fed ``real[r]`` tokens to row r and ended with ``logits``
         (b, q, V): record its window, then compress every row that reached ``budget + buffer``."""
         if current.capture is not None and self.window:
+            real_columns = current.query_positions[:, -self.window :] != PADDING
+            self.real = (
+                real_columns if self.real is None else torch.cat([self.real, real_columns], 1)[:, -self.window :]
+            )
             for idx in self.layers:
                 new = current.capture.queries[idx][0]
                 old = self.queries.get(idx)
@@ -199,22 +210,28 @@ class Bound:
             self.held[r] += count
             self.fed[r] += count
             self.peak[r] = max(self.peak[r], self.held[r])
-        due = [
-            r for r in range(len(self.held)) if self.held[r] >= self.budget + self.buffer and self.fed[r] >= self.window
-        ]
+        due = [r for r in range(len(self.held)) if self.held[r] >= self.budget + self.buffer]
+        due = [r for r in due if self.fed[r] >= self.window]
+        if due and self.window and current.padded:  # a padded pass may leave padding among the last w columns
+            complete = self.real.all(1).tolist()
+            due = [r for r in due if complete[r]]
         if due:
-            start = time.perf_counter()
+            start = now(logits.device)
             with torch.no_grad():
                 self.compress(cache, due, logits[:, -1].float().clone())
-            self.seconds += time.perf_counter() - start
+            self.seconds += now(logits.device) - start
+        elif not cache.layers[self.layers[0]].reserved:  # a prompt prefilled whole: room up to the bound
+            cache.reserve(len(self.held), self.room())
 
     def compress(self, cache: PositionedCache, rows: Sequence[int], last_logits: torch.Tensor) -> None:
         """Compress ``rows`` of ``cache`` to the budget and store every row densely again."""
+        if held_counts(cache, self.layers, len(self.held)) != self.held:
+            raise RuntimeError(
+                f"the cache holds other entry counts than its schedule counted ({self.held}): it was fed outside "
+                "its model's hooks (lorekv.hf.forward)"
+            )
         entries = {
-            idx: [
-                real_entries(cache.layers[idx], self.slots.get(idx), idx, r, self.held[r])
-                for r in range(len(self.held))
-            ]
+            idx: [real_entries(cache.layers[idx], self.slots.get(idx), r, self.held[r]) for r in range(len(self.held))]
             for idx in self.layers
         }
         starts = cache.row_positions.tolist()
@@ -226,12 +243,13 @@ class Bound:
             selection = self.method.policy.select(Scores(scores, self.layers))
             for i, idx in enumerate(self.layers):
                 entries[idx][r] = kept_entries(entries[idx][r], selection, i)
-            self.held[r] = self.budget
-            self.compressions[r] += 1
         for idx in self.layers:
             slots = store_rows(cache.layers[idx], entries[idx], self.budget + self.buffer)
             if slots is not None:
                 self.slots[idx] = slots
+        for r in rows:
+            self.held[r] = self.budget
+            self.compressions[r] += 1
 
 
 Entries = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]
@@ -239,22 +257,11 @@ Entries = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]
 slots' ``state_maps`` features (1, G, c, S) when the scorer has any."""
 
 
-def real_entries(layer: PositionedLayer, slots: torch.Tensor | None, idx: int, row: int, count: int) -> Entries:
-    """Row ``row``'s ``count`` real entries per KV head of ``layer``, in the order they were fed.
-
-    Raises:
-        ValueError: the row's heads hold other counts (a prompt compressed with a policy that
-            gives its heads different budgets).
-    """
+def real_entries(layer: PositionedLayer, slots: torch.Tensor | None, row: int, count: int) -> Entries:
+    """Row ``row``'s ``count`` real entries per KV head of ``layer`` (each head holds ``count``:
+    :func:`held_counts`), in the order they were fed."""
     positions = layer.positions[row]
     real = positions != PADDING
-    counts = real.sum(-1)
-    if not bool((counts == count).all()):
-        raise ValueError(
-            f"row {row} holds {counts.tolist()} entries in the KV heads of layer {idx}, expected "
-            f"{count} in each: a decoding schedule continues caches whose heads hold equal counts (a prompt "
-            "compressed with policy 'uniform', or not compressed)"
-        )
     g, k = real.shape
     rows = slice(row, row + 1)
     entries = (layer.keys[rows], layer.values[rows], positions.unsqueeze(0), None if slots is None else slots[rows])

@@ -60,6 +60,11 @@ class PositionedLayer(DynamicLayer):
         self.is_initialized = True
         self._buffers = None
 
+    @property
+    def reserved(self) -> bool:
+        """Whether room was reserved for appends (:meth:`reserve`)."""
+        return self._buffers is not None
+
     def reserve(self, batch: int, extra: int) -> None:
         """Hold ``batch`` rows (this layer broadcast to them) with room for ``extra`` more tokens."""
         if self.window is not None or not self.is_initialized:

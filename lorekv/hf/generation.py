@@ -136,7 +136,11 @@ def _close_pass(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], ou
         if cache.bound is not None:
             counts = real.tolist() if current.padded else [fed] * cache.batch_size
             logits = output.logits if hasattr(output, "logits") else output[0]
-            cache.bound.after_pass(cache, current, logits, counts)
+            try:
+                cache.bound.after_pass(cache, current, logits, counts)
+            except BaseException:
+                cache.damaged = True  # a compression that failed midway may have stored some layers only
+                raise
 
 
 def checked_generate(self: PreTrainedModel, *args: Any, **kwargs: Any) -> Any:

@@ -9,7 +9,7 @@ from einops import rearrange, reduce
 from pydantic import Field
 
 from lorekv.scorers.attention import compute_dtype
-from lorekv.scorers.base import SCORERS, Scorer, ScorerConfig, max_pool_tokens
+from lorekv.scorers.base import SCORE_CHUNK, SCORERS, Scorer, ScorerConfig, max_pool_tokens
 from lorekv.trajectories import LayerCapture
 
 
@@ -74,12 +74,21 @@ class RedundancyScorer(Scorer):
 
 def key_redundancy(keys: torch.Tensor, threshold: float) -> torch.Tensor:
     """(G, n) R-KV's redundancy of each key among keys (G, n, d): softmax over j of the mean
-    cosine similarity S[i, j] over i, each row's newest near-copy (and the diagonal) zeroed."""
+    cosine similarity S[i, j] over i, each row's newest near-copy (and the diagonal) zeroed.
+
+    The rows i are formed in chunks of at most :data:`~lorekv.scorers.base.SCORE_CHUNK` similarities,
+    so the memory is linear in n (a whole prompt's keys, compressed by a decoding schedule)."""
     g, n, _ = keys.shape
     unit = keys / (torch.linalg.vector_norm(keys, dim=-1, keepdim=True) + 1e-8)
-    similarity = unit @ unit.transpose(-1, -2)
-    similarity = similarity.masked_fill(torch.eye(n, dtype=torch.bool, device=keys.device), 0.0)
-    index = torch.arange(n, device=keys.device).expand(g, n, n)
-    newest = torch.where(similarity > threshold, index, torch.zeros_like(index)).amax(dim=-1)  # (G, n)
-    similarity = similarity.scatter(-1, newest.unsqueeze(-1), 0.0)
-    return torch.softmax(similarity.mean(dim=-2), dim=-1)
+    columns = keys.new_zeros(g, n)
+    rows = max(1, SCORE_CHUNK // max(g * n, 1))
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        similarity = unit[:, start:stop] @ unit.transpose(-1, -2)  # (G, r, n)
+        own = torch.arange(stop - start, device=keys.device)
+        similarity[:, own, own + start] = 0.0
+        near = similarity > threshold
+        newest = (n - 1) - near.flip(-1).to(torch.uint8).argmax(dim=-1)  # the largest j with S[i, j] > threshold
+        newest = torch.where(near.any(dim=-1), newest, torch.zeros_like(newest))
+        columns += similarity.scatter(-1, newest.unsqueeze(-1), 0.0).sum(dim=1)
+    return torch.softmax(columns / n, dim=-1)
