@@ -43,20 +43,40 @@ class Style:
 COLORS = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
     "#bcbd22", "#17becf", "#393b79", "#e7ba52", "#637939", "#7b4173", "#843c39", "#6b6ecf",
-    "#31a354", "#a55194", "#3182bd",
+    "#31a354", "#a55194", "#3182bd", "#e6550d",
 )  # fmt: skip
 """Method colours: matplotlib's tab10 without its grey, then six of tab20b (indigo, gold, olive,
-plum, brick, periwinkle), one of tab20c (green), one of tab20b (orchid) and one of tab20c (blue);
-black and grey are left to the references."""
+plum, brick, periwinkle), one of tab20c (green), one of tab20b (orchid), one of tab20c (blue)
+and one of tab20c (orange); black and grey are left to the references."""
 
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H", "x", "+", "1")
-HATCHES = ("", "//", "\\\\", "xx", "..", "oo", "++", "--", "||", "**", "OO", "/.", "\\.", "x.", "o.", "-.", "+.", "|.")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H", "x", "+", "1", "2")
+HATCHES = (
+    "",
+    "//",
+    "\\\\",
+    "xx",
+    "..",
+    "oo",
+    "++",
+    "--",
+    "||",
+    "**",
+    "OO",
+    "/.",
+    "\\.",
+    "x.",
+    "o.",
+    "-.",
+    "+.",
+    "|.",
+    "*.",
+)
 """The bar hatch that goes with each marker (same position)."""
 
 PRESET_ORDER = (
     "lore_kv", "snapkv", "pyramidkv", "ada_kv", "tova", "streaming_llm", "greedy_lookahead",
     "laq", "h2o", "critical_kv", "kvzip", "knorm", "random", "lore_kv_agnostic", "expected_attention",
-    "kvzip_plus", "kvzap", "lore_kv_fast",
+    "kvzip_plus", "kvzap", "lore_kv_fast", "rkv",
 )  # fmt: skip
 """The presets in the order they were given styles: a new preset is appended, never inserted,
 so that no existing preset changes its look."""

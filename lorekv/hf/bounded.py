@@ -100,8 +100,7 @@ def check_method(method: Method, buffer: int) -> None:
 
 def window_of(method: Method) -> int:
     """w, the recent queries the method's sampler reads (0 for sampled futures)."""
-    window = method.sampler.prefill_window
-    return int(window)
+    return int(method.sampler.prefill_window)
 
 
 class Bound:

@@ -28,8 +28,10 @@ from lorekv.trajectories import LayerCapture
 REDUCTIONS = [(q, h) for q in ("mean", "max") for h in ("mean", "max")]
 # Every scorer that a capture's queries, keys and values alone define. The fitted ``surrogate``
 # reads what the prefill recorded (and a file fitted for one model): its own tests,
-# tests/scorers/test_surrogate.py, check it on the model's computation.
-NAMES = [name for name in SCORERS.names() if name != "surrogate"]
+# tests/scorers/test_surrogate.py, check it on the model's computation. R-KV's ``rkv`` scores its
+# window's few queries whole, per KV head (its softmax is over the group's maxed logits), and is
+# checked against the reference rule in tests/test_presets.py.
+NAMES = [name for name in SCORERS.names() if name not in ("surrogate", "rkv")]
 
 
 def capture(seed: int, *, queries: int = 11, prompt: int = 19, response: bool = True, dtype=torch.float64):
