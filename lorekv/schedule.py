@@ -49,9 +49,15 @@ its example scorer. Others: :data:`BUFFER`."""
 BUFFER = 64
 """The default ``buffer``: a compression every 64 tokens."""
 
-RECENT = {"lore_kv": 8}
+RECENT = {"lore_kv": 8, "lore_kv_fast": 8}
 """The protected window of a decoding preset whose prompt preset protects none: LORE-KV's futures
-read every held entry, but the newest tokens carry the text being written; 8, R-KV's window."""
+(and its fitted surrogate) read every held entry, but the newest tokens carry the text being
+written; 8, R-KV's window."""
+
+PER_HEAD = frozenset({"lore_kv_fast"})
+"""Presets whose prompt policy shares the budget across heads (``global``) and that a schedule
+runs with B per KV head (``uniform``), as it needs: LORE-KV's fitted surrogate, which records
+each token's prediction as it is fed (KVzap's way of pruning while decoding)."""
 
 ALIASES = {"decoding_press": "knorm"}
 """Schedule names for published decoding-time methods that are a preset with a buffer: kvpress's
@@ -79,6 +85,22 @@ class ScheduleConfig(BaseModel):
     buffer: int = Field(default=BUFFER, strict=True, ge=1)
 
 
+def schedule_preset(name: str, budget: int, *, buffer: int | None = None, **options: Any) -> ScheduleConfig:
+    """The preset ``name`` (:func:`lorekv.presets.preset`, or an alias of :data:`ALIASES`) at
+    budget B, compressing every ``buffer`` tokens (None: the reference's, :data:`BUFFERS`),
+    with the protected window of :data:`RECENT` where the prompt preset has none, B per KV head
+    where it shares B across heads (:data:`PER_HEAD`)."""
+    name = ALIASES.get(name, name)
+    if buffer is None:
+        buffer = BUFFERS.get(name, BUFFER)
+    method = preset(name, budget, **options)
+    if name in PER_HEAD:
+        method = method.override({"policy": {"name": "uniform", "budget": budget}})
+    if name in RECENT:
+        method = method.override({"policy.recent": RECENT[name]})
+    return ScheduleConfig(method=method, buffer=buffer)
+
+
 class DecodingSchedule:
     """A method and a buffer that keep a generating cache within B + ``buffer`` entries per KV head."""
 
@@ -92,16 +114,8 @@ class DecodingSchedule:
 
     @classmethod
     def preset(cls, name: str, budget: int, *, buffer: int | None = None, **options: Any) -> DecodingSchedule:
-        """The preset ``name`` (:func:`lorekv.presets.preset`, or an alias of :data:`ALIASES`) at
-        budget B, compressing every ``buffer`` tokens (None: the reference's, :data:`BUFFERS`),
-        with the protected window of :data:`RECENT` where the prompt preset has none."""
-        name = ALIASES.get(name, name)
-        if buffer is None:
-            buffer = BUFFERS.get(name, BUFFER)
-        method = preset(name, budget, **options)
-        if name in RECENT:
-            method = method.override({"policy.recent": RECENT[name]})
-        return cls(method, buffer=buffer)
+        """:func:`schedule_preset` built: the preset ``name`` kept at budget B while generating."""
+        return cls.from_config(schedule_preset(name, budget, buffer=buffer, **options))
 
     @classmethod
     def from_config(cls, config: ScheduleConfig | Mapping[str, Any]) -> DecodingSchedule:

@@ -7,7 +7,10 @@ pipeline files, or either with dotted overrides; the full cache is the method ``
 Budgets are kept tokens per KV head (``budgets``) or kvpress-style compression ratios
 (``ratios``: the fraction of candidates evicted, so ratio r keeps round((1 - r) c) of c).
 Tasks are generated families (:mod:`lorekv.eval.tasks`) or benchmark files
-(:class:`~lorekv.eval.suites.task.FileTaskConfig`, a mapping with a ``format``).
+(:class:`~lorekv.eval.suites.task.FileTaskConfig`, a mapping with a ``format``). Modes say
+what is compressed: the prompt with its question (``query_aware``), the context before its
+question (``query_agnostic``), or the prompt and the answer alike while the answer is
+generated (``decoding``: each method a :class:`~lorekv.schedule.DecodingSchedule`).
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from lorekv.eval.tasks import Sample, TaskConfig, check_length, make_sample, par
 from lorekv.models.bundled import BUNDLED
 from lorekv.pipeline import PipelineConfig
 from lorekv.presets import PRESETS, preset
+from lorekv.schedule import BUFFER, DecodingSchedule, ScheduleConfig, schedule_preset
 from lorekv.validation import describe
 
-Mode = Literal["query_aware", "query_agnostic"]
+Mode = Literal["query_aware", "query_agnostic", "decoding"]
 
 
 class MethodSpec(BaseModel):
@@ -51,6 +55,9 @@ class MethodSpec(BaseModel):
             a mixture's i-th seeded component to seed + i), its rows carry ``sampler_seed``, and
             the report averages each prompt over the seeds and shows the spread across them.
             Only for stochastic samplers (a sampler with a ``seed``).
+        buffer: in ``decoding`` mode, the entries per KV head a row takes above B before it is
+            compressed again (None: a preset's reference buffer, see
+            :func:`~lorekv.schedule.schedule_preset`, else 64).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -64,6 +71,7 @@ class MethodSpec(BaseModel):
     group: str | None = None
     budgets: list[int] | None = None
     seeds: list[int] | None = None
+    buffer: int | None = Field(default=None, ge=1)
 
     @field_validator("seeds")
     @classmethod
@@ -84,9 +92,10 @@ class MethodSpec(BaseModel):
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"preset: unknown {self.preset!r}; choose from {', '.join(sorted(PRESETS))}")
         if self.is_full:
-            if any((self.preset, self.config, self.options, self.set, self.oracle, self.seeds)):
+            if any((self.preset, self.config, self.options, self.set, self.oracle, self.seeds, self.buffer)):
                 raise ValueError(
-                    f"method {FULL!r} is the full cache: it takes no preset, config, options, set, oracle or seeds"
+                    f"method {FULL!r} is the full cache: it takes no preset, config, options, set, oracle, seeds "
+                    "or buffer"
                 )
             return self
         if (self.preset is None) == (self.config is None):
@@ -111,6 +120,19 @@ class MethodSpec(BaseModel):
         config = self._build(budget, base)
         return config if seed is None else with_sampler_seed(config, seed, self.name)
 
+    def schedule(self, budget: int, base: Path | None = None, seed: int | None = None) -> ScheduleConfig:
+        """The method as a decoding schedule at ``budget`` (``decoding`` mode): a preset as
+        :func:`~lorekv.schedule.schedule_preset` builds it, then ``set``, then the sampler's ``seed``."""
+        if self.preset is not None:
+            scheduled = schedule_preset(self.preset, budget, buffer=self.buffer, **self.options)
+            config, buffer = self._with_set(scheduled.method, budget), scheduled.buffer
+        else:
+            config, buffer = self._build(budget, base), self.buffer or BUFFER
+        config = config.for_mode(True)
+        if seed is not None:
+            config = with_sampler_seed(config, seed, self.name)
+        return ScheduleConfig(method=config, buffer=buffer)
+
     def inlined(self, base: Path | None) -> MethodSpec:
         """This method with its pipeline file (relative to ``base``) read in as an inline config."""
         if not isinstance(self.config, str):
@@ -133,6 +155,9 @@ class MethodSpec(BaseModel):
             config = preset(self.preset, budget, **self.options)
         else:
             config = self._pipeline(base).override({"policy.budget": budget})
+        return self._with_set(config, budget)
+
+    def _with_set(self, config: PipelineConfig, budget: int) -> PipelineConfig:
         if not self.set:
             return config
         changed = config.override(self.set)
@@ -217,8 +242,10 @@ class GridConfig(BaseModel):
             (mappings with a ``format``, see :class:`~lorekv.eval.suites.task.FileTaskConfig`).
         lengths: target prompt lengths in the model's tokens; for a benchmark file, the
             suite's prompt limit (a longer prompt is cut in the middle, as the suite does).
-        modes: query_aware (question in the prompt) and/or query_agnostic (context compressed
-            alone, the question fed after it).
+        modes: query_aware (question in the prompt), query_agnostic (context compressed
+            alone, the question fed after it) and/or decoding (the whole prompt prefilled, then
+            prompt and answer kept within B + the method's ``buffer`` entries per KV head while
+            the answer is generated; budgets only, no ratios).
         samples: samples per (generated task, length); every method sees the same samples. A
             benchmark file's samples are its questions (its ``limit`` caps them).
         seed: the seed every sample is derived from.
@@ -296,7 +323,13 @@ class GridConfig(BaseModel):
             raise ValueError("samples: generated tasks need a sample count (samples: N)")
         if any(not m.is_full for m in self.methods) and not (self.budgets or self.ratios):
             raise ValueError("budgets or ratios: at least one is needed for methods other than full")
+        if "decoding" in self.modes and self.ratios:
+            raise ValueError(
+                "ratios: decoding mode bounds a cache whose length the answer decides; give budgets, not ratios"
+            )
         for m in self.methods:
+            if m.buffer is not None and "decoding" not in self.modes:
+                raise ValueError(f"method {m.name}: buffer applies to the decoding mode, which this grid does not run")
             if m.budgets is not None and not set(m.budgets) <= set(self.budgets):
                 raise ValueError(
                     f"method {m.name}: budgets {m.budgets} must be among the grid's budgets {self.budgets}"
@@ -358,10 +391,19 @@ class GridConfig(BaseModel):
             if not method.is_full
             for budget in self.budgets_of(method)
         }
-        return {
+        out = {
             key: (config if agnostic else config.for_mode(True)).model_dump(mode="json")
             for key, config in built.items()
         }
+        if "decoding" in self.modes:  # budgets only: ratios are refused in this mode
+            out.update({
+                f"{method.name}|{budget.label}|decoding": method.schedule(int(budget.tokens)).model_dump(mode="json")
+                for method in self.methods
+                if not method.is_full
+                for budget in self.budgets_of(method)
+                if budget.tokens is not None
+            })  # fmt: skip
+        return out
 
     @property
     def digest(self) -> str:
@@ -418,9 +460,12 @@ class GridConfig(BaseModel):
                 if "query_agnostic" in self.modes:
                     shortest = int(0.8 * min(self.lengths))  # the question is not compressed
                 candidates = {shortest, max(self.lengths) - 1}
+                seed = None if method.seeds is None else method.seeds[0]
                 for tokens in {budget.resolve(c) for c in candidates}:
                     try:
-                        method.build(tokens, base, None if method.seeds is None else method.seeds[0])
+                        method.build(tokens, base, seed)
+                        if "decoding" in self.modes:
+                            DecodingSchedule.from_config(method.schedule(tokens, base, seed))
                     except (ValueError, TypeError) as error:
                         raise ValueError(f"method {method.name} at {budget.label}: {error}") from None
 

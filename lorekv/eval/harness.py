@@ -48,7 +48,7 @@ class EvalRow(BaseModel):
     model: str
     task: str
     length: int
-    mode: Literal["query_aware", "query_agnostic"]
+    mode: Literal["query_aware", "query_agnostic", "decoding"]
     index: int
     seed: int
     sampler_seed: int | None = None

@@ -41,7 +41,7 @@ from lorekv.eval.rows import (
 )
 from lorekv.eval.stats import PairedDifference, macro_paired_difference
 
-MODE_NAMES = {"query_aware": "query-aware", "query_agnostic": "query-agnostic"}
+MODE_NAMES = {"query_aware": "query-aware", "query_agnostic": "query-agnostic", "decoding": "while decoding"}
 """How a mode reads in a heading: the question in the prompt, or the context compressed before it."""
 
 

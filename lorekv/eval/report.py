@@ -265,7 +265,7 @@ def prefill_ratios(rows: Sequence[Mapping[str, Any]]) -> dict[Cell, float]:
     return {cell: float(statistics.median(v)) for cell, v in values.items()}
 
 
-def time_table(rows: Sequence[Mapping[str, Any]], reference: str) -> list[str]:
+def time_table(rows: Sequence[Mapping[str, Any]], reference: str, *, decoding: bool = False) -> list[str]:
     methods, columns = methods_of(rows), budget_labels(rows) or [FULL]
     medians, floors = median_seconds(rows), prefill_ratios(rows)
     body = []
@@ -288,10 +288,15 @@ def time_table(rows: Sequence[Mapping[str, Any]], reference: str) -> list[str]:
         if floors
         else "; transformers' own prefill was not timed in this run"
     )
+    what = (
+        "the compressions made while the answer was generated, a part of its decode time"
+        if decoding
+        else "prefill + sampling + scoring + selection"
+    )
     return [
         "### Compression time",
         "",
-        f"Median `compression_seconds` (prefill + sampling + scoring + selection) over the samples of this run, "
+        f"Median `compression_seconds` ({what}) over the samples of this run, "
         f"its ratio to `{reference}`'s median at the same budget (`x ref`){floor_note}. Work shared between cells "
         "(one prefill for several methods) is counted in full in every cell that uses it, as a standalone run "
         "would pay it.",
@@ -301,13 +306,48 @@ def time_table(rows: Sequence[Mapping[str, Any]], reference: str) -> list[str]:
     ]
 
 
-def budget_fractions(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line: each budget column as the median fraction of the prompt's candidates it keeps."""
+def budget_fractions(rows: Sequence[Mapping[str, Any]], *, decoding: bool = False) -> list[str]:
+    """One line: each budget column as the median fraction of the prompt's candidates it keeps
+    (``decoding``: of every token fed, prompt and answer)."""
     labels = list(dict.fromkeys(str(r["budget_label"]) for r in rows if r["budget"] is not None))
     if not labels:
         return []
     parts = [f"{label} keeps {kept_fraction(rows, label):.1%}" for label in labels]
-    return ["Budgets as a fraction of the prompt (median over samples): " + ", ".join(parts) + ".", ""]
+    of = "every token fed (prompt and answer)" if decoding else "the prompt"
+    return [f"Budgets as a fraction of {of} (median over samples): " + ", ".join(parts) + ".", ""]
+
+
+def held_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``decoding`` mode: each cell's bytes held against the full cache's on the same sample."""
+    if FULL not in methods_of(rows):
+        return []
+    full = {(r["task"], r["index"]): r for r in rows if r["method"] == FULL}
+    columns = budget_labels(rows)
+    body = []
+    for method in methods_of(rows):
+        if method == FULL:
+            continue
+        cells = [_method_name(method)]
+        for column in columns:
+            mine = [r for r in rows if r["method"] == method and r["budget_label"] == column]
+            pairs = [(r, full[(r["task"], r["index"])]) for r in mine if (r["task"], r["index"]) in full]
+            if not pairs:
+                cells.append(MISSING)
+                continue
+            held = statistics.median(r["kv_bytes_after"] / f["kv_bytes_before"] for r, f in pairs)
+            cells.append(f"{held:.2f}")
+        body.append(cells)
+    return [
+        "### Cache held",
+        "",
+        f"Median over the samples of each cell of the bytes the bounded cache allocated (its share of a batch's) "
+        f"over the bytes `{FULL}`'s cache held at the end of the same sample's answer. Time per token is not "
+        "compared here: answers of different lengths share one prefill (`tools/decode_cost.py` times every cache "
+        "on the same tokens).",
+        "",
+        *md_table(["method", *columns], body),
+        "",
+    ]
 
 
 def figure_lines(links: Sequence[tuple[str, str]]) -> list[str]:
@@ -362,13 +402,15 @@ def build_report(
         model, mode, length = section
         section_rows = over_seeds(seeded_rows)
         lines += [f"## {model} · {mode} · {length} tokens", ""]
-        lines += budget_fractions(section_rows)
+        decoding = mode == "decoding"
+        lines += budget_fractions(section_rows, decoding=decoding)
         lines += per_task_tables(section_rows, seed=seed, resamples=resamples)
         lines += macro_table(section_rows, seed=seed, resamples=resamples)
         lines += seed_table(seeded_rows)
         lines += suite_tables(section_rows)
         lines += paired_table(section_rows, reference, seed=seed, resamples=resamples)
-        lines += time_table(section_rows, reference)
+        lines += time_table(section_rows, reference, decoding=decoding)
+        lines += held_table(section_rows) if decoding else []
         lines += figure_lines(list((figures or {}).get(section, ())))
     return "\n".join(lines).rstrip() + "\n"
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from lorekv.eval.decoding import run_decoding_units
 from lorekv.eval.grid import Budget, MethodSpec, Unit, cell_key
 from lorekv.eval.results import encode_keep_map
 from lorekv.eval.tasks import Sample
@@ -202,6 +203,7 @@ def run_units(
     a batched unit's phase seconds (``prefill``, ``sampling``, ``scoring``, ``selection``,
     ``decode``) and its ``reference_prefill`` (transformers' prefill of the padded batch) are
     the batch's, shared by its rows. ``emit`` gets each row as soon as its cell is decoded.
+    Units in ``decoding`` mode go to :func:`lorekv.eval.decoding.run_decoding_units`.
     ``keep_maps[i]``: whether unit i's rows record the kept-token map (default: none do).
     """
     if not cells or not units:
@@ -211,6 +213,9 @@ def run_units(
         raise ValueError(f"samples and keep_maps must hold one entry per unit ({b})")
     if len({u.mode for u in units}) != 1 or len({s.max_new_tokens for s in samples}) != 1:
         raise ValueError("the units of a batch must share their mode and their samples' max_new_tokens")
+    if units[0].mode == "decoding":
+        run_decoding_units(model, tokenizer, units, samples, cells, emit, base=base)
+        return
     keep_maps = [False] * b if keep_maps is None else list(keep_maps)
     query_aware = units[0].mode == "query_aware"
     max_new_tokens = samples[0].max_new_tokens

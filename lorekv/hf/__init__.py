@@ -32,7 +32,9 @@ from lorekv.hf.decoding import (
     decode,
     decode_batch,
     full_cache,
+    full_cache_bytes,
     generate_full,
+    generate_full_batch,
 )
 from lorekv.hf.inputs import check_batch, check_context, check_token_ids, left_pad
 from lorekv.hf.introspection import check_supported, evictable_layers, layer_types, max_positions
@@ -66,8 +68,10 @@ __all__ = [
     "evictable_layers",
     "forward",
     "full_cache",
+    "full_cache_bytes",
     "gather",
     "generate_full",
+    "generate_full_batch",
     "layer_types",
     "left_pad",
     "load_compressed",

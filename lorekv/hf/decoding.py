@@ -30,6 +30,7 @@ from lorekv.hf.cache import PositionedCache
 from lorekv.hf.compressed import CompressedCache, CompressionStats
 from lorekv.hf.generation import check_options
 from lorekv.hf.inputs import check_batch, check_context, check_rows_context, check_token_ids
+from lorekv.hf.introspection import layer_windows, text_config
 from lorekv.hf.timing import now
 from lorekv.token_rules import TokenRule
 from lorekv.validation import check_int_at_least
@@ -177,7 +178,7 @@ def _generate(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
-    cache: CompressedCache | None,
+    cache: CompressedCache | DynamicCache | None,
     max_new_tokens: int,
     eos_token_id: int | list[int] | None,
     rule: TokenRule | None,
@@ -283,11 +284,42 @@ def generate_full(
     check_int_at_least("max_new_tokens", max_new_tokens, 1)
     check_token_ids(model, input_ids, "input_ids")
     check_context(model, input_ids.shape[1], max_new_tokens)
+    return generate_full_batch(
+        model, input_ids, None, max_new_tokens, eos_token_id=eos_token_id, rule=rule, decoding=decoding,
+        **generate_kwargs,
+    )[0]  # fmt: skip
+
+
+@torch.no_grad()
+def generate_full_batch(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    max_new_tokens: int = 32,
+    *,
+    eos_token_id: int | list[int] | None = None,
+    rule: TokenRule | None = None,
+    decoding: Any = None,
+    cache: CompressedCache | DynamicCache | None = None,
+    **generate_kwargs: Any,
+) -> list[Generation]:
+    """:func:`generate_full` for ``input_ids`` (b, n), left-padded with ``attention_mask`` (b, n)
+    when the prompts differ in length: one :class:`Generation` per row, each ending at its own
+    first ``eos_token_id``; with ``decoding``, each row compressed on its own schedule. ``cache``:
+    an empty cache to generate into, to read what it holds afterwards: transformers' own
+    (:func:`full_cache`, :func:`cache_bytes`) or a schedule's (``decoding.cache(model, b)``, its
+    ``bound``); None: generate's own, or ``decoding``'s."""
+    if cache is not None and (decoding is not None or cache.get_seq_length() > 0):
+        raise ValueError("cache must be an empty cache, and is not given with decoding (which makes its own)")
+    check_int_at_least("max_new_tokens", max_new_tokens, 1)
+    lengths = check_batch(model, input_ids, attention_mask, "input_ids")
+    check_rows_context(model, lengths, max_new_tokens, "answer")
     prepare(model)
     start = now(input_ids.device)
-    mask = torch.ones_like(input_ids)
-    cache = None if decoding is None else decoding.cache(model)
-    return _generate(model, input_ids, mask, cache, max_new_tokens, eos_token_id, rule, (), start, generate_kwargs)[0]
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
+    if decoding is not None:
+        cache = decoding.cache(model, input_ids.shape[0])
+    return _generate(model, input_ids, mask, cache, max_new_tokens, eos_token_id, rule, (), start, generate_kwargs)
 
 
 def full_cache(model: PreTrainedModel) -> DynamicCache:
@@ -302,3 +334,17 @@ def cache_bytes(cache: DynamicCache) -> int:
         for layer in cache.layers
         if getattr(layer, "keys", None) is not None and layer.keys.numel()
     )
+
+
+def full_cache_bytes(model: PreTrainedModel, tokens: int) -> int:
+    """Key/value bytes transformers' cache holds for one row of ``tokens`` tokens: all of them
+    in a full-attention layer, the newest ``window - 1`` in a sliding-window one (what
+    :func:`cache_bytes` reads from a :func:`full_cache` that was fed them)."""
+    check_int_at_least("tokens", tokens, 0)
+    config = text_config(model.config)
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    size = next(model.parameters()).element_size()
+    held = [tokens if window is None else min(tokens, window - 1) for window in layer_windows(model.config)]
+    return 2 * kv_heads * head_dim * size * sum(held)

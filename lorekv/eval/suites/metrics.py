@@ -29,6 +29,7 @@ Suites and names (:data:`SUITE_METRICS`):
   BERTScore are not provided: they need nltk's WordNet data and a BERT model, which this module
   does not download.
 - RULER (https://arxiv.org/abs/2404.06654): ``all`` and ``part``, from :mod:`lorekv.eval.tasks.metrics`.
+- lorekv's long-output tasks: ``in_order`` (list recall), from :mod:`lorekv.eval.tasks.metrics`.
 
 The suites' tokenisers and ROUGE implementations are third-party packages (``rouge``, ``jieba``,
 ``rapidfuzz``, ``rouge-score``); they are imported when a metric first needs them, and the
@@ -667,6 +668,12 @@ def ruler_all(prediction: str, answers: Sequence[str], *, classes: Sequence[str]
     return ruler.string_match_all(prediction, answers)
 
 
+def in_order(prediction: str, answers: Sequence[str], *, classes: Sequence[str] = ()) -> float:
+    """The share of gold answers the prediction holds in their gold order, as whole words
+    (lorekv's list recall; :func:`lorekv.eval.tasks.metrics.string_match_in_order`)."""
+    return ruler.string_match_in_order(prediction, answers)
+
+
 def ruler_part(prediction: str, answers: Sequence[str], *, classes: Sequence[str] = ()) -> float:
     """RULER's string_match_part: 1 if any gold answer is found in the prediction, case-insensitively.
 
@@ -714,6 +721,8 @@ _BASE: dict[str, Metric] = {
     # RULER
     "all": ruler_all,
     "part": ruler_part,
+    # lorekv's long-output tasks
+    "in_order": in_order,
 }
 
 FIRST_LINE_METRICS: tuple[str, ...] = ("qa_f1", "rouge_l", "classification")
@@ -771,4 +780,5 @@ __all__ = [
     "rouge_l_zh",
     "ruler_all",
     "ruler_part",
+    "in_order",
 ]

@@ -53,20 +53,22 @@ class Content:
     question: str
     answer_prefix: str
     answers: tuple[str, ...]
+    max_new_tokens: int | None = None
+    """The answer's token budget where it grows with the content (None: the family's)."""
 
 
 class TaskFamily(ABC):
     """Draws a family's content; built from its config by :data:`TASKS`.
 
     Attributes (class defaults, which a family may set per config in ``__init__``):
-        metric: the family's metric (``"all"`` or ``"part"``).
+        metric: the family's metric (``"all"``, ``"part"`` or ``"in_order"``).
         max_new_tokens: tokens to generate for an answer.
         min_size: the smallest size (content that must be there whatever the length).
         unit_tokens: a rough, generous count of tokens per unit of size, for the first guess
             and for the tokenizer-free minimum-length check.
     """
 
-    metric: Literal["all", "part"] = "all"
+    metric: Literal["all", "part", "in_order"] = "all"
     max_new_tokens: int = 16
     min_size: int = 0
     unit_tokens: float = 6.0
@@ -174,7 +176,7 @@ def make_sample(
             answer_prefix=content.answer_prefix,
             answers=content.answers,
             metric=family.metric,
-            max_new_tokens=family.max_new_tokens,
+            max_new_tokens=content.max_new_tokens or family.max_new_tokens,
         )
 
     return _fit(build, tokenizer, length, family, label)

@@ -197,6 +197,23 @@ def test_budgets_are_stated_as_a_fraction_of_the_prompt() -> None:
     assert "B=64 keeps 10.0%" in build_report(rows)
 
 
+def test_a_decoding_section_states_budgets_of_every_token_fed_and_the_cache_held() -> None:
+    """``decoding`` mode: B against prompt and answer, the compressions made while generating, and
+    each cell's bytes against the full cache's on the same sample (the median of the ratios)."""
+    rows = cell_rows("t", "full", "full", [1, 1, 0], mode="decoding")
+    rows += cell_rows("t", "tova", "B=64", [1, 0, 0], mode="decoding")
+    for i, row in enumerate(rows):
+        row["candidates"] = 640
+        row["kv_bytes_before"] = row["kv_bytes_after"] = 1000 * (i % 3 + 1) if row["method"] == "full" else 0
+    for row, held in zip(rows[3:], [100, 1000, 900], strict=True):
+        row["kv_bytes_after"] = held  # 0.1, 0.5, 0.3 of the full cache's 1000, 2000, 3000
+    report = build_report(rows)
+    assert "a fraction of every token fed (prompt and answer)" in report and "B=64 keeps 10.0%" in report
+    assert "while the answer was generated" in section_of(report, "### Compression time")
+    assert table_row(section_of(report, "### Cache held"), "tova") == ["0.30"]
+    assert "### Cache held" not in build_report(cell_rows("t", "tova", "B=64", [1, 0, 0]))
+
+
 def test_header_summary_is_shown_and_tolerant() -> None:
     header = {
         "type": "header", "lorekv": "0.2.0", "commit": "abc1234", "packages": {"torch": "2.6", "transformers": "4.50"},

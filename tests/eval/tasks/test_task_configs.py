@@ -9,6 +9,7 @@ from lorekv.eval.tasks import TASKS, TaskConfig, check_length, make_sample, pars
 FAMILIES = [
     "common_words",
     "frequent_words",
+    "list_recall",
     "niah_multikey",
     "niah_multiquery",
     "niah_multivalue",

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lorekv.eval.tasks import METRICS, string_match_all, string_match_part
+from lorekv.eval.suites.metrics import metric as suite_metric
+from lorekv.eval.tasks import METRICS, string_match_all, string_match_in_order, string_match_part
 
 text = st.text(alphabet="abAB -", max_size=20)
 answers = st.lists(st.text(alphabet="abAB-", min_size=1, max_size=4), min_size=1, max_size=4)
@@ -23,7 +24,8 @@ def test_worked_examples() -> None:
 
 
 def test_registry_maps_names_to_functions() -> None:
-    assert METRICS == {"all": string_match_all, "part": string_match_part}
+    assert METRICS == {"all": string_match_all, "part": string_match_part, "in_order": string_match_in_order}
+    assert suite_metric("in_order")("a b", ["b", "a"]) == 0.5
 
 
 @pytest.mark.parametrize("bad", [[], (), "abc"])
@@ -63,3 +65,35 @@ def test_case_does_not_matter(prediction: str, gold: list[str]) -> None:
 @given(answers)
 def test_the_answers_themselves_score_one(gold: list[str]) -> None:
     assert string_match_all(" ".join(gold), gold) == 1.0
+
+
+def test_in_order_worked_examples() -> None:
+    gold = ["cedar", "scarf", "pine", "apple"]
+    assert string_match_in_order("1. cedar\n2. scarf\n3. pine\n4. apple", gold) == 1.0
+    assert string_match_in_order("1. cedar\n2. pine\n3. scarf\n4. apple", gold) == 0.75  # one misplaced
+    assert string_match_in_order("cedar cedar cedar", gold) == 0.25  # a repeat counts once
+    assert string_match_in_order("pineapple, Cedar-like SCARF", gold) == 0.5  # whole words only
+    assert string_match_in_order("apple pine scarf cedar", gold) == 0.25
+
+
+def brute_in_order(prediction: str, gold: list[str]) -> float:
+    """The longest common subsequence of the gold list and the whole words of the prediction."""
+    words = prediction.lower().split()
+    table = [[0] * (len(words) + 1) for _ in range(len(gold) + 1)]
+    for i, answer in enumerate(gold):
+        for j, word in enumerate(words):
+            same = answer.lower() == word
+            table[i + 1][j + 1] = table[i][j] + 1 if same else max(table[i][j + 1], table[i + 1][j])
+    return table[-1][-1] / len(gold)
+
+
+@given(
+    st.lists(st.text(alphabet="abcAB", min_size=1, max_size=3), min_size=1, max_size=6, unique_by=str.lower),
+    st.lists(st.integers(min_value=0, max_value=8), max_size=14),
+)
+def test_in_order_is_the_longest_common_subsequence_with_the_gold_list(gold: list[str], picks: list[int]) -> None:
+    """Whole words only, distinct gold items: the closed form equals a brute-force LCS over the
+    prediction's words (picks beyond the gold list are words of other letters)."""
+    words = [gold[k] if k < len(gold) else "x" * (k - len(gold) + 1) for k in picks]
+    prediction = " ".join(w.swapcase() for w in words)
+    assert string_match_in_order(prediction, gold) == pytest.approx(brute_in_order(prediction, gold))

@@ -254,7 +254,23 @@ def test_qa_blanks_fill_back_into_sentences_of_the_context(tiny_tokenizer) -> No
 def test_every_family_has_a_default_sample(tiny_tokenizer) -> None:
     for name in TASKS.names():
         sample = make_sample(name, tiny_tokenizer, 512)
-        assert sample.task == name and sample.max_new_tokens == MAX_NEW_TOKENS[name]
+        expected = 8 + 6 * len(sample.answers) if name == "list_recall" else MAX_NEW_TOKENS[name]
+        assert sample.task == name and sample.max_new_tokens == expected
+
+
+@pytest.mark.parametrize("item,length", [("noun", 256), ("noun", 280), ("phrase", 256), ("phrase", 1500)])
+def test_list_recall_lists_distinct_items_in_order_and_asks_for_all_of_them(item, length, tiny_tokenizer) -> None:
+    sample = make_sample({"name": "list_recall", "item": item}, tiny_tokenizer, length, index=2, seed=5)
+    assert 0.9 * length <= sample.prompt_ids(tiny_tokenizer).shape[1] <= length
+    items = list(sample.answers)
+    lines = sample.context.split("\n\n", 1)[1].split("\n")
+    assert lines == [f"{k}. {it}" for k, it in enumerate(items, 1)]
+    assert len(set(items)) == len(items) >= 4 and all(len(it.split()) == (1 if item == "noun" else 2) for it in items)
+    assert f"all {len(items)} items" in sample.question and sample.answer_prefix == "1."
+    assert sample.metric == "in_order" and sample.max_new_tokens == 8 + (6 if item == "noun" else 8) * len(items)
+    assert sample.score("\n".join(lines)) == 1.0 and sample.score(" ".join(reversed(items))) == 1 / len(items)
+    longer = make_sample({"name": "list_recall", "item": item}, tiny_tokenizer, 2 * length, index=2, seed=5)
+    assert len(longer.answers) > len(items) and longer.max_new_tokens > sample.max_new_tokens
 
 
 @settings(max_examples=20)
